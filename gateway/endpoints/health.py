@@ -1,0 +1,62 @@
+"""Active health checks: ``GET`` each endpoint's health URL on an interval.
+
+vLLM answers ``GET /health`` with 200 and an empty body while its engine is alive. A check
+passes on any 2xx within ``health.timeout_s``; thresholds (``health.unhealthy_threshold``,
+``health.healthy_threshold``) are applied by :class:`~gateway.endpoints.model.Endpoint`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from gateway.endpoints.model import Endpoint, Health
+from gateway.endpoints.registry import EndpointRegistry
+from gateway.errors import GatewayError
+from gateway.observability.metrics import GatewayMetrics
+from gateway.settings import HealthSettings
+from gateway.upstream.client import Upstream
+
+log = logging.getLogger("kvgate.health")
+
+
+class HealthChecker:
+    """Checks every endpoint of ``registry`` each ``interval_s`` seconds."""
+
+    def __init__(
+        self,
+        registry: EndpointRegistry,
+        upstream: Upstream,
+        settings: HealthSettings,
+        metrics: GatewayMetrics,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._registry = registry
+        self._upstream = upstream
+        self._settings = settings
+        self._metrics = metrics
+        self._sleep = sleep
+
+    async def check(self, endpoint: Endpoint) -> None:
+        """One check of one endpoint; never raises."""
+        url = endpoint.spec.effective_health_url()
+        before = endpoint.health
+        try:
+            status = await self._upstream.probe(url, self._settings.timeout_s)
+            ok, reason = 200 <= status < 300, f"health check HTTP {status}"
+        except GatewayError as error:
+            ok, reason = False, error.message
+        endpoint.record_check(ok, None if ok else reason)
+        self._metrics.healthy.labels(endpoint.name).set(1 if endpoint.health is Health.HEALTHY else 0)
+        if endpoint.health is not before:
+            log.info("endpoint %s: %s -> %s (%s)", endpoint.name, before.value, endpoint.health.value, reason if not ok else "ok")
+
+    async def check_all(self) -> None:
+        await asyncio.gather(*(self.check(endpoint) for endpoint in self._registry))
+
+    async def run(self) -> None:
+        """Check forever (until cancelled)."""
+        while True:
+            await self.check_all()
+            await self._sleep(self._settings.interval_s)

@@ -1,0 +1,71 @@
+"""The registry of endpoints by cluster, built from settings.
+
+Clusters map to an immutable tuple of :class:`Endpoint` objects; a later change (admin API,
+managed workers) swaps a whole tuple (copy-on-write), so a request that took a snapshot keeps a
+consistent view.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+
+from gateway.endpoints.model import Endpoint, EndpointSpec, Health
+from gateway.settings import ConfigError, Settings
+
+
+class EndpointRegistry:
+    """Endpoints by cluster name."""
+
+    def __init__(self, clusters: Mapping[str, tuple[Endpoint, ...]]) -> None:
+        self._clusters = dict(clusters)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, environ: Mapping[str, str] = os.environ) -> EndpointRegistry:
+        """Build every configured endpoint.
+
+        Raises:
+            ConfigError: an endpoint's ``api_key_env`` names an unset environment variable.
+        """
+        clusters: dict[str, tuple[Endpoint, ...]] = {}
+        for cluster_name, cluster in settings.clusters.items():
+            endpoints = []
+            for index, config in enumerate(cluster.endpoints):
+                api_key = None
+                if config.api_key_env:
+                    api_key = environ.get(config.api_key_env)
+                    if not api_key:
+                        raise ConfigError(
+                            f"clusters.{cluster_name}.endpoints.{index}.api_key_env: "
+                            f"environment variable {config.api_key_env} is not set"
+                        )
+                spec = EndpointSpec(
+                    name=settings.endpoint_name(cluster_name, index),
+                    cluster=cluster_name,
+                    base_url=config.url,
+                    served_model=config.model,
+                    api_key=api_key,
+                    health_url=config.health_url,
+                    weight=config.weight,
+                )
+                endpoints.append(
+                    Endpoint(
+                        spec,
+                        unhealthy_threshold=settings.health.unhealthy_threshold,
+                        healthy_threshold=settings.health.healthy_threshold,
+                    )
+                )
+            clusters[cluster_name] = tuple(endpoints)
+        return cls(clusters)
+
+    def cluster(self, name: str) -> tuple[Endpoint, ...]:
+        """The cluster's endpoints (a snapshot); empty if the cluster has none."""
+        return self._clusters.get(name, ())
+
+    def __iter__(self) -> Iterator[Endpoint]:
+        for endpoints in self._clusters.values():
+            yield from endpoints
+
+    def healthy_count(self) -> int:
+        """Endpoints whose last check or request succeeded."""
+        return sum(1 for endpoint in self if endpoint.health is Health.HEALTHY)

@@ -1,0 +1,161 @@
+"""The one error tree of kvgate and its only mapping to OpenAI error JSON + HTTP status.
+
+Every error a client sees has OpenAI's shape (https://platform.openai.com/docs/guides/error-codes)::
+
+    {"error": {"message": str, "type": str, "param": str | None, "code": str | None}}
+
+Third-party exceptions (aiohttp, pydantic, orjson) are translated into these classes where they
+arise; nothing else reaches the HTTP edge except as a generic 500 ``server_error``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import orjson
+
+
+class GatewayError(Exception):
+    """Base class: an error that becomes one OpenAI-shaped response.
+
+    Attributes:
+        status: HTTP status code.
+        type: OpenAI ``error.type``.
+        code: OpenAI ``error.code`` (machine-readable), or None.
+        param: the request field at fault, or None.
+        headers: extra response headers (e.g. ``Retry-After``).
+    """
+
+    status: int = 500
+    type: str = "server_error"
+    code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        self.headers: dict[str, str] = dict(headers or {})
+
+    def body(self) -> bytes:
+        """The JSON body, bytes."""
+        return orjson.dumps(
+            {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        )
+
+
+class InvalidRequestError(GatewayError):
+    """400: malformed JSON, wrong types or missing fields."""
+
+    status = 400
+    type = "invalid_request_error"
+
+
+class AuthenticationError(GatewayError):
+    """401: missing or unknown API key."""
+
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class NotFoundError(GatewayError):
+    """404: no such route."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class ModelNotFoundError(NotFoundError):
+    """404: the model name is neither a public model, an alias, nor a cluster."""
+
+    code = "model_not_found"
+
+
+class MethodNotAllowedError(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class PayloadTooLargeError(GatewayError):
+    """413: the body exceeds ``server.max_body_bytes``."""
+
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class UpstreamError(GatewayError):
+    """502: the endpoint failed (connection refused or reset, 5xx, broken or error stream)."""
+
+    status = 502
+    type = "server_error"
+    code = "upstream_error"
+
+
+class NoHealthyEndpointError(GatewayError):
+    """503: the cluster has no endpoint that may be tried now."""
+
+    status = 503
+    type = "server_error"
+    code = "no_healthy_endpoint"
+
+
+class UpstreamTimeoutError(GatewayError):
+    """504: the endpoint did not answer in time."""
+
+    status = 504
+    type = "server_error"
+    code = "upstream_timeout"
+
+
+class UpstreamClientError(GatewayError):
+    """An endpoint's own 4xx answer, relayed to the client with its status and message.
+
+    ``raw`` holds the endpoint's body when it already has OpenAI's error shape; it is then sent
+    as it came. Otherwise the body text becomes the message of a wrapped error.
+    """
+
+    type = "invalid_request_error"
+
+    def __init__(self, status: int, raw: bytes, headers: Mapping[str, str] | None = None) -> None:
+        self.status = status
+        self.raw = raw if _is_openai_error(raw) else None
+        message = raw.decode("utf-8", "replace")[:2000] or f"upstream returned HTTP {status}"
+        super().__init__(message, headers=headers)
+
+    def body(self) -> bytes:
+        return self.raw if self.raw is not None else super().body()
+
+
+def _is_openai_error(raw: bytes) -> bool:
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
+
+
+def error_message_of(raw: bytes) -> str:
+    """Best-effort human message from an endpoint's error body (OpenAI-shaped or text)."""
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode("utf-8", "replace")[:500]
+    if isinstance(parsed, dict):
+        error = parsed.get("error", parsed)
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"][:500]
+        if isinstance(parsed.get("message"), str):
+            return parsed["message"][:500]
+    return raw.decode("utf-8", "replace")[:500]

@@ -1,0 +1,58 @@
+"""One inference request's record: where it went, how long it took, how it ended.
+
+The proxy fills in the cluster and endpoint as it decides; whoever ends the request (the
+non-streaming reply, the stream relay, or an error handler) calls :meth:`Exchange.finish` once,
+which writes the metrics. Later calls are ignored, so error paths may call it defensively.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gateway.observability.metrics import GatewayMetrics
+
+SUCCESS = "success"
+CLIENT_ERROR = "client_error"
+UPSTREAM_ERROR = "upstream_error"
+CANCELLED = "cancelled"
+
+
+class Exchange:
+    """Timings (seconds, from the injected monotonic clock) and outcome of one request."""
+
+    __slots__ = ("request_id", "model", "cluster", "endpoint", "started", "_clock", "_metrics", "outcome")
+
+    def __init__(self, request_id: str, model: str, clock: Callable[[], float], metrics: GatewayMetrics) -> None:
+        self.request_id = request_id
+        self.model = model
+        self.cluster = ""
+        self.endpoint = ""
+        self._clock = clock
+        self._metrics = metrics
+        self.started = clock()
+        self.outcome: str | None = None
+
+    def finish(self, outcome: str, *, usage: Any = None, first_token_at: float | None = None) -> None:
+        """Record the outcome (one of the module's constants) and, on success, usage and TTFT."""
+        if self.outcome is not None:
+            return
+        self.outcome = outcome
+        m = self._metrics
+        m.requests.labels(self.model, self.cluster, self.endpoint, outcome).inc()
+        if outcome == CLIENT_ERROR and not self.cluster:
+            return
+        m.request_duration.labels(self.model, self.cluster).observe(self._clock() - self.started)
+        if first_token_at is not None:
+            m.ttft.labels(self.model, self.cluster).observe(first_token_at - self.started)
+        if isinstance(usage, dict):
+            self._count_tokens(usage)
+
+    def _count_tokens(self, usage: dict[str, Any]) -> None:
+        prompt = usage.get("prompt_tokens")
+        completion = usage.get("completion_tokens")
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        for kind, value in (("prompt", prompt), ("completion", completion), ("cached", cached)):
+            if isinstance(value, int) and value > 0:
+                self._metrics.tokens.labels(self.model, self.cluster, kind).inc(value)

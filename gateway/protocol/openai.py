@@ -1,0 +1,129 @@
+"""The OpenAI request fields kvgate reads; everything else passes through untouched.
+
+The body is parsed once (orjson). Only the fields routing and observation need are validated:
+``model``, ``stream``, ``stream_options``, ``messages`` (chat) or ``prompt`` (completions),
+``user`` and ``prompt_cache_key``. Any other field (tools, tool_choice, response_format, n,
+logprobs, seed, reasoning_effort, vLLM extras, ...) is neither checked nor changed: the original
+bytes are forwarded, re-serialized only when the endpoint's served model name differs from the
+name the client sent. Reference: https://platform.openai.com/docs/api-reference/chat/create
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.errors import InvalidRequestError
+
+
+class Operation(enum.Enum):
+    """An OpenAI inference operation and its path below the ``/v1`` base URL."""
+
+    CHAT = "/chat/completions"
+    COMPLETION = "/completions"
+
+    @property
+    def path(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceRequest:
+    """A validated inference request.
+
+    Attributes:
+        operation: chat or text completion.
+        model: the public model name or alias the client sent.
+        stream: whether the client asked for SSE.
+        body: the parsed JSON object (treat as read-only).
+        raw: the original body bytes, forwarded when the model name needs no rewrite.
+    """
+
+    operation: Operation
+    model: str
+    stream: bool
+    body: dict[str, Any]
+    raw: bytes
+
+    def body_for(self, served_model: str) -> bytes:
+        """The bytes to send to an endpoint serving ``served_model`` (original unless renamed)."""
+        if served_model == self.model:
+            return self.raw
+        return orjson.dumps({**self.body, "model": served_model})
+
+
+def _invalid(message: str, param: str | None = None) -> InvalidRequestError:
+    return InvalidRequestError(message, param=param)
+
+
+def _check_optional(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str) -> None:
+    value = body.get(name)
+    if value is not None and (not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds):
+        raise _invalid(f"Invalid type for '{name}': expected {what}, got {type(value).__name__}.", name)
+
+
+def _check_messages(messages: Any) -> None:
+    if not isinstance(messages, list):
+        raise _invalid("Invalid type for 'messages': expected an array of objects.", "messages")
+    if not messages:
+        raise _invalid("'messages' must contain at least one message.", "messages")
+    for index, message in enumerate(messages):
+        param = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise _invalid(f"Invalid type for '{param}': expected an object.", param)
+        if not isinstance(message.get("role"), str):
+            raise _invalid(f"Missing required parameter: '{param}.role'.", f"{param}.role")
+
+
+def _check_prompt(prompt: Any) -> None:
+    if isinstance(prompt, str):
+        return
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(item, str) for item in prompt):
+            return
+        if all(isinstance(item, int) and not isinstance(item, bool) for item in prompt):
+            return
+        if all(isinstance(item, list) and all(isinstance(t, int) for t in item) for item in prompt):
+            return
+    raise _invalid(
+        "Invalid type for 'prompt': expected a string, an array of strings, or an array of tokens.", "prompt"
+    )
+
+
+def parse_request(operation: Operation, raw: bytes) -> InferenceRequest:
+    """Parse and validate ``raw`` for ``operation``.
+
+    Raises:
+        InvalidRequestError: not JSON, not an object, or a field kvgate reads is missing or of
+            the wrong type (``param`` names it).
+    """
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise _invalid(
+            "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
+            "using your HTTP library correctly. The OpenAI API expects a JSON payload.)"
+        ) from None
+    if not isinstance(body, dict):
+        raise _invalid("The request body must be a JSON object.")
+    model = body.get("model")
+    if model is None:
+        raise _invalid("Missing required parameter: 'model'.", "model")
+    if not isinstance(model, str) or not model:
+        raise _invalid("Invalid type for 'model': expected a non-empty string.", "model")
+    if operation is Operation.CHAT:
+        if "messages" not in body:
+            raise _invalid("Missing required parameter: 'messages'.", "messages")
+        _check_messages(body["messages"])
+    else:
+        if "prompt" not in body:
+            raise _invalid("Missing required parameter: 'prompt'.", "prompt")
+        _check_prompt(body["prompt"])
+    _check_optional(body, "stream", (bool,), "a boolean")
+    _check_optional(body, "stream_options", (dict,), "an object")
+    _check_optional(body, "user", (str,), "a string")
+    _check_optional(body, "prompt_cache_key", (str,), "a string")
+    return InferenceRequest(operation, model, bool(body.get("stream")), body, raw)

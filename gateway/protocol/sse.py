@@ -1,0 +1,144 @@
+"""Incremental Server-Sent Events framing, and an observer of OpenAI completion streams.
+
+kvgate relays stream bytes exactly as they come; this module only *watches* them. Framing follows
+the WHATWG HTML "server-sent events" parsing rules as far as OpenAI streams use them: events are
+separated by a blank line (``\\n\\n``, ``\\r\\n\\r\\n`` or ``\\r\\r``), ``data:`` lines of one event
+are joined with ``\\n``, other fields and comments (``:``) are ignored. An event may be split
+across any number of reads, and one read may hold many events.
+
+:class:`StreamObserver` reads OpenAI chunks (``chat.completion.chunk`` / ``text_completion``) to
+learn the time of the first token (for TTFT), ``usage`` (the final chunk when
+``stream_options.include_usage``), finish reasons, the ``[DONE]`` sentinel, and an in-band
+``{"error": ...}`` event, which vLLM sends with HTTP 200 when its engine dies mid-stream.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+_MAX_PENDING = 4 * 1024 * 1024
+
+
+class SSEDecoder:
+    """Splits a byte stream into the ``data`` payloads of complete events.
+
+    ``feed(chunk)`` returns the data of every event completed by ``chunk`` (bytes, without the
+    ``data:`` prefix; multi-line data joined by ``\\n``). An event still open waits for more
+    input. A pending event larger than 4 MiB is dropped (the observer then misses it; the relay
+    is unaffected).
+    """
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    @property
+    def pending(self) -> bool:
+        """True while an event has started but not ended."""
+        return bool(self._pending.strip())
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buffer = self._pending + chunk if self._pending else chunk
+        events: list[bytes] = []
+        start = 0
+        for match in _EVENT_END.finditer(buffer):
+            data = _event_data(buffer[start : match.start()])
+            if data is not None:
+                events.append(data)
+            start = match.end()
+        rest = buffer[start:]
+        self._pending = rest if len(rest) <= _MAX_PENDING else b""
+        return events
+
+
+def _event_data(block: bytes) -> bytes | None:
+    lines = []
+    for line in block.splitlines():
+        if line.startswith(b"data:"):
+            value = line[5:]
+            lines.append(value[1:] if value.startswith(b" ") else value)
+    if not lines:
+        return None
+    return b"\n".join(lines)
+
+
+class StreamObserver:
+    """Watches an OpenAI SSE stream without changing it.
+
+    Attributes (read after or during the stream):
+        first_token_at: clock reading at the first chunk carrying generated text, reasoning or a
+            tool call (seconds, from the injected clock), or None.
+        usage: the ``usage`` object of the stream, if any.
+        finish_reasons: finish reasons seen, in order.
+        error: the in-band ``error`` object, if one arrived (the request then failed).
+        done: whether ``data: [DONE]`` arrived.
+        events: number of data events seen.
+    """
+
+    __slots__ = ("_decoder", "_clock", "first_token_at", "usage", "finish_reasons", "error", "done", "events")
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._decoder = SSEDecoder()
+        self._clock = clock
+        self.first_token_at: float | None = None
+        self.usage: dict[str, Any] | None = None
+        self.finish_reasons: list[str] = []
+        self.error: dict[str, Any] | None = None
+        self.done = False
+        self.events = 0
+
+    @property
+    def has_partial_event(self) -> bool:
+        """True if the bytes seen so far end inside an event."""
+        return self._decoder.pending
+
+    def feed(self, chunk: bytes) -> None:
+        """Observe one relayed read. Never raises on malformed input."""
+        for data in self._decoder.feed(chunk):
+            self.events += 1
+            if data == b"[DONE]":
+                self.done = True
+                continue
+            try:
+                event = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(event, dict):
+                self._observe(event)
+
+    def _observe(self, event: dict[str, Any]) -> None:
+        error = event.get("error")
+        if error is not None:
+            self.error = error if isinstance(error, dict) else {"message": str(error)}
+            return
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        choices = event.get("choices")
+        if not isinstance(choices, list):
+            return
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            if self.first_token_at is None and _has_output(choice):
+                self.first_token_at = self._clock()
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str):
+                self.finish_reasons.append(reason)
+
+
+def _has_output(choice: dict[str, Any]) -> bool:
+    if choice.get("text"):
+        return True
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return False
+    return bool(
+        delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls")
+    )

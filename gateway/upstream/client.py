@@ -1,0 +1,139 @@
+"""The upstream HTTP client: one pooled aiohttp session behind the :class:`Upstream` seam.
+
+Chosen by measurement (``bench/upstream_client.py``): a FastAPI proxy spends several times more
+CPU per request with httpx's ``AsyncClient`` than with aiohttp's client. Connections are pooled
+and kept alive (``upstream.pool_size``, ``upstream.keepalive_s``); aiohttp sets TCP_NODELAY on
+every connection it opens (``aiohttp.base_protocol``), so small SSE writes are not delayed by
+Nagle's algorithm.
+
+aiohttp's exceptions are translated here, and only here, into the gateway's error tree:
+connection refused, reset or closed early -> :class:`~gateway.errors.UpstreamError` (502);
+timeouts -> :class:`~gateway.errors.UpstreamTimeoutError` (504).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Protocol
+
+import aiohttp
+
+from gateway.errors import UpstreamError, UpstreamTimeoutError
+from gateway.settings import UpstreamSettings
+
+
+class UpstreamResponse(Protocol):
+    """An open upstream response: status and headers known, body not yet read."""
+
+    status: int
+    headers: Mapping[str, str]
+
+    async def read(self) -> bytes:
+        """The whole body. Raises UpstreamError / UpstreamTimeoutError."""
+
+    async def next_chunk(self) -> bytes:
+        """The next bytes as they arrive (any size), ``b""`` at the end of the body."""
+
+    def close(self) -> None:
+        """Abort: drop the connection (the endpoint sees a disconnect and stops generating)."""
+
+    def release(self) -> None:
+        """Finished normally: return the connection to the pool."""
+
+
+class Upstream(Protocol):
+    """Sends requests to endpoints."""
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+        """POST and wait for the response headers. Raises UpstreamError / UpstreamTimeoutError."""
+
+    async def probe(self, url: str, timeout_s: float) -> int:
+        """GET ``url``; its status. Raises UpstreamError / UpstreamTimeoutError."""
+
+    async def aclose(self) -> None: ...
+
+
+def _translate(error: BaseException, url: str) -> Exception:
+    """The gateway error for an aiohttp failure. Messages never name the URL (clients see them)."""
+    if isinstance(error, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+        return UpstreamTimeoutError("timed out")
+    if isinstance(error, aiohttp.ClientConnectorError):
+        return UpstreamError(f"connection failed ({error.os_error.strerror or type(error.os_error).__name__})")
+    if isinstance(error, aiohttp.ClientPayloadError):
+        return UpstreamError("connection closed before the response body was complete")
+    if isinstance(error, aiohttp.ServerDisconnectedError):
+        return UpstreamError("server disconnected")
+    return UpstreamError(f"{type(error).__name__}")
+
+
+class _AiohttpResponse:
+    __slots__ = ("_response", "status", "headers", "_url")
+
+    def __init__(self, response: aiohttp.ClientResponse, url: str) -> None:
+        self._response = response
+        self.status = response.status
+        self.headers = response.headers
+        self._url = url
+
+    async def read(self) -> bytes:
+        try:
+            body = await self._response.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            self._response.close()
+            raise _translate(error, self._url) from None
+        self._response.release()
+        return body
+
+    async def next_chunk(self) -> bytes:
+        try:
+            return await self._response.content.readany()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            self._response.close()
+            raise _translate(error, self._url) from None
+
+    def close(self) -> None:
+        self._response.close()
+
+    def release(self) -> None:
+        self._response.release()
+
+
+class AiohttpUpstream:
+    """The production :class:`Upstream`. Create inside a running event loop."""
+
+    def __init__(self, settings: UpstreamSettings) -> None:
+        connector = aiohttp.TCPConnector(
+            limit=settings.pool_size,
+            limit_per_host=0,
+            keepalive_timeout=settings.keepalive_s or None,
+            enable_cleanup_closed=False,
+            force_close=settings.keepalive_s == 0,
+        )
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=settings.connect_timeout_s, sock_read=settings.read_timeout_s
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=self._timeout,
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+        try:
+            response = await self._session.post(url, data=body, headers=headers)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            raise _translate(error, url) from None
+        return _AiohttpResponse(response, url)
+
+    async def probe(self, url: str, timeout_s: float) -> int:
+        try:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+                await response.read()
+                return response.status
+        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            raise _translate(error, url) from None
+
+    async def aclose(self) -> None:
+        await self._session.close()

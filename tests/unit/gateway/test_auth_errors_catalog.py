@@ -1,0 +1,53 @@
+import orjson
+import pytest
+
+from gateway.api.auth import KeyChecker
+from gateway.errors import AuthenticationError, ModelNotFoundError, UpstreamClientError, UpstreamError
+from gateway.routes.catalog import ModelCatalog
+from gateway.settings import build_settings
+
+
+@pytest.mark.parametrize("header", [None, "", "Bearer", "Basic abc", "Bearer wrong-key-123", "bearer sk-other"])
+def test_bad_keys_are_401(header: str | None) -> None:
+    with pytest.raises(AuthenticationError) as caught:
+        KeyChecker(["sk-good-key"]).check(header)
+    assert caught.value.status == 401
+    assert "sk-good-key" not in caught.value.message
+
+
+@pytest.mark.parametrize("header", ["Bearer sk-good-key", "bearer sk-good-key", "Bearer  sk-good-key "])
+def test_good_key(header: str) -> None:
+    KeyChecker(["sk-good-key"]).check(header)
+
+
+def test_no_keys_means_open() -> None:
+    KeyChecker([]).check(None)
+
+
+def test_error_body_shape() -> None:
+    body = orjson.loads(UpstreamError("boom").body())
+    assert body == {"error": {"message": "boom", "type": "server_error", "param": None, "code": "upstream_error"}}
+
+
+def test_upstream_client_error_relays_openai_bodies_and_wraps_others() -> None:
+    raw = b'{"error": {"message": "max_tokens too large", "type": "BadRequestError", "param": null, "code": 400}}'
+    assert UpstreamClientError(400, raw).body() == raw
+    wrapped = orjson.loads(UpstreamClientError(404, b"Not Found").body())
+    assert wrapped["error"]["message"] == "Not Found"
+    assert UpstreamClientError(422, b"x").status == 422
+
+
+def test_catalog_names_aliases_and_clusters() -> None:
+    settings = build_settings(
+        {
+            "clusters": {"reasoning": {}, "fast": {}},
+            "models": {"r1": {"cluster": "reasoning", "aliases": ["deep"]}, "qwen": {"cluster": "fast"}},
+        }
+    )
+    catalog = ModelCatalog.from_settings(settings)
+    assert [entry.id for entry in catalog.entries()] == ["r1", "deep", "qwen", "reasoning", "fast"]
+    assert catalog.resolve("deep").cluster == "reasoning"
+    assert catalog.resolve("fast").cluster == "fast"
+    with pytest.raises(ModelNotFoundError) as caught:
+        catalog.resolve("gpt-9")
+    assert caught.value.status == 404 and caught.value.code == "model_not_found"

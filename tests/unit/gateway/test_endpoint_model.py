@@ -1,0 +1,53 @@
+import pytest
+
+from gateway.endpoints.model import Endpoint, EndpointSpec, Health
+
+
+def make(unhealthy: int = 2, healthy: int = 1) -> Endpoint:
+    return Endpoint(EndpointSpec("e", "c", "http://h:8000/v1", "m"), unhealthy_threshold=unhealthy, healthy_threshold=healthy)
+
+
+def test_starts_unknown_and_routable() -> None:
+    endpoint = make()
+    assert endpoint.health is Health.UNKNOWN and endpoint.routable
+
+
+def test_consecutive_failures_eject_and_a_success_resets() -> None:
+    endpoint = make(unhealthy=2)
+    endpoint.record_failure("x")
+    endpoint.record_success()
+    endpoint.record_failure("y")
+    assert endpoint.routable
+    endpoint.record_failure("z")
+    assert endpoint.health is Health.UNHEALTHY and not endpoint.routable
+    assert endpoint.last_error == "z"
+
+
+def test_checks_readmit_after_threshold() -> None:
+    endpoint = make(unhealthy=1, healthy=2)
+    endpoint.record_check(False, "down")
+    assert endpoint.health is Health.UNHEALTHY
+    endpoint.record_check(True)
+    assert endpoint.health is Health.UNHEALTHY
+    endpoint.record_check(True)
+    assert endpoint.health is Health.HEALTHY
+
+
+@pytest.mark.parametrize(
+    "base_url, health_url, expected",
+    [
+        ("http://h:8000/v1", None, "http://h:8000/health"),
+        ("https://api.example.com/v1", None, "https://api.example.com/health"),
+        ("http://h:8000/v1", "http://h:8000/ping", "http://h:8000/ping"),
+    ],
+)
+def test_health_url(base_url: str, health_url: str | None, expected: str) -> None:
+    assert EndpointSpec("e", "c", base_url, "m", health_url=health_url).effective_health_url() == expected
+
+
+def test_in_flight_acquire_release() -> None:
+    endpoint = make()
+    endpoint.acquire()
+    endpoint.acquire()
+    endpoint.release()
+    assert endpoint.in_flight == 1
