@@ -45,8 +45,21 @@ def _serve(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     if not settings.clusters:
         raise ConfigError(f"{args.config or 'configuration'}: no clusters configured; nothing to route to")
-    uvicorn.Server(_uvicorn_config(create_app(settings), settings)).run()
+    server = _Server(_uvicorn_config(create_app(settings), settings))
+    asyncio.run(_serve_until_signal(server))
     return 0
+
+
+async def _serve_until_signal(server: _Server) -> None:
+    """Serve until SIGINT/SIGTERM (a second signal forces exit), without uvicorn re-raising it."""
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, server.request_exit)
+    try:
+        await server.serve()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -102,20 +115,18 @@ async def _up_async(args: argparse.Namespace) -> int:
     pool = LocalWorkerPool(runtime, count=args.workers, kv_cache_dtype=args.kv_cache_dtype, log=_progress)
     async with pool:
         settings = up_settings(args, pool.workers, runtime.served_model_name)
-        server = _EmbeddedServer(_uvicorn_config(create_app(settings), settings))
-        for signum in (signal.SIGINT, signal.SIGTERM):  # now: stop the gateway, then the workers
-            loop.add_signal_handler(signum, server.request_exit)
+        server = _Server(_uvicorn_config(create_app(settings), settings))
         announce = asyncio.create_task(_announce_when_started(server, settings, runtime.served_model_name))
         try:
-            await server.serve()
+            await _serve_until_signal(server)  # a signal stops the gateway, then the workers
         finally:
             announce.cancel()
         _progress("gateway stopped; stopping workers")
     return 0
 
 
-class _EmbeddedServer(uvicorn.Server):
-    """uvicorn without its own signal handling: ``kvgate up`` stops the workers after it."""
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling (which re-raises the signal after shutdown)."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

@@ -21,13 +21,14 @@ CANCELLED = "cancelled"
 class Exchange:
     """Timings (seconds, from the injected monotonic clock) and outcome of one request."""
 
-    __slots__ = ("request_id", "model", "cluster", "endpoint", "started", "_clock", "_metrics", "outcome")
+    __slots__ = ("request_id", "model", "cluster", "endpoint", "decision", "started", "_clock", "_metrics", "outcome")
 
     def __init__(self, request_id: str, model: str, clock: Callable[[], float], metrics: GatewayMetrics) -> None:
         self.request_id = request_id
         self.model = model
         self.cluster = ""
         self.endpoint = ""
+        self.decision: Any = None  # the routing Decision, once scheduled
         self._clock = clock
         self._metrics = metrics
         self.started = clock()

@@ -105,9 +105,12 @@ class Proxy:
         endpoints = self._registry.cluster(entry.cluster)
         if not endpoints:
             raise NoHealthyEndpointError(f"Cluster '{entry.cluster}' has no endpoints.")
-        ranked = self._scheduler.rank(endpoints, request)[: self._max_attempts]
+        decision = await self._scheduler.schedule(endpoints, request)
+        if not decision.ranked:
+            raise NoHealthyEndpointError(f"Cluster '{entry.cluster}' has no endpoint taking new requests.")
+        exchange.decision = decision
         last: GatewayError | None = None
-        for endpoint in ranked:
+        for endpoint in decision.ranked[: self._max_attempts]:
             exchange.endpoint = endpoint.name
             try:
                 return await self._attempt(endpoint, request, exchange)
@@ -131,13 +134,16 @@ class Proxy:
         handed_off = False
         try:
             response = await self._open(endpoint, request, headers)
+            exchange.decision.commit(endpoint)
             if request.stream:
                 relay = await self._first_chunk(endpoint, response, exchange)
                 handed_off = True
                 return relay
             body = await self._read(endpoint, response)
             endpoint.record_success()
-            exchange.finish(SUCCESS, usage=_usage_of(body))
+            usage = _usage_of(body)
+            exchange.decision.observe(endpoint, usage)
+            exchange.finish(SUCCESS, usage=usage)
             return BufferedReply(response.status, body, response.headers.get("content-type", "application/json"))
         finally:
             if not handed_off:

@@ -55,12 +55,15 @@ class EndpointSpec:
 class Endpoint:
     """Live state of one endpoint. Not thread-safe; used from the event loop only."""
 
-    __slots__ = ("spec", "in_flight", "health", "_failures", "_successes", "_unhealthy_after", "_healthy_after", "last_error")
+    __slots__ = (
+        "spec", "in_flight", "health", "draining", "_failures", "_successes", "_unhealthy_after", "_healthy_after", "last_error",
+    )
 
     def __init__(self, spec: EndpointSpec, *, unhealthy_threshold: int = 2, healthy_threshold: int = 1) -> None:
         self.spec = spec
         self.in_flight = 0
         self.health = Health.UNKNOWN
+        self.draining = False  # no new requests; in-flight ones finish
         self.last_error: str | None = None
         self._failures = 0
         self._successes = 0
@@ -73,7 +76,8 @@ class Endpoint:
 
     @property
     def routable(self) -> bool:
-        return self.health is not Health.UNHEALTHY
+        """May take new requests: not ejected and not draining."""
+        return self.health is not Health.UNHEALTHY and not self.draining
 
     def acquire(self) -> None:
         self.in_flight += 1

@@ -58,6 +58,29 @@ class EndpointRegistry:
             clusters[cluster_name] = tuple(endpoints)
         return cls(clusters)
 
+    def add(self, endpoint: Endpoint) -> None:
+        """Add an endpoint to its cluster (created if new); requests in flight keep their snapshot.
+
+        Raises:
+            ValueError: an endpoint of that name exists.
+        """
+        if self.find(endpoint.name) is not None:
+            raise ValueError(f"endpoint {endpoint.name!r} already exists")
+        cluster = endpoint.spec.cluster
+        self._clusters[cluster] = (*self._clusters.get(cluster, ()), endpoint)
+
+    def remove(self, name: str) -> Endpoint | None:
+        """Remove and return the endpoint called ``name`` (None if absent)."""
+        endpoint = self.find(name)
+        if endpoint is not None:
+            cluster = endpoint.spec.cluster
+            self._clusters[cluster] = tuple(e for e in self._clusters[cluster] if e is not endpoint)
+        return endpoint
+
+    def find(self, name: str) -> Endpoint | None:
+        """The endpoint called ``name``, or None."""
+        return next((endpoint for endpoint in self if endpoint.name == name), None)
+
     def cluster(self, name: str) -> tuple[Endpoint, ...]:
         """The cluster's endpoints (a snapshot); empty if the cluster has none."""
         return self._clusters.get(name, ())
@@ -68,4 +91,4 @@ class EndpointRegistry:
 
     def healthy_count(self) -> int:
         """Endpoints whose last check or request succeeded."""
-        return sum(1 for endpoint in self if endpoint.health is Health.HEALTHY)
+        return sum(1 for endpoint in self if endpoint.health is Health.HEALTHY and not endpoint.draining)

@@ -1,10 +1,13 @@
 """Endpoint scheduling inside a cluster: the seam and the two basic policies.
 
-A :class:`Scheduler` ranks a cluster's endpoints for one request, best first; the attempt loop
-in ``proxy.py`` tries them in that order. Policies are pure over the endpoints' live state
-(health, in-flight, weight) and registered by kebab-case name in :data:`SCHEDULERS`, which
-``[routing] policy`` selects. The prefix-cache-aware framework (filters, weighted scorers,
-picker) plugs in behind the same protocol.
+A :class:`Scheduler` turns a cluster's endpoints and one request into a :class:`Decision`: the
+endpoints ranked best first (the attempt loop in ``proxy.py`` tries them in that order), an
+optional per-endpoint score breakdown, and two callbacks: ``commit(endpoint)`` once an endpoint
+has accepted the request (e.g. record the prompt's prefix blocks for it) and
+``observe(endpoint, usage)`` when the answer's usage is known (e.g. compare predicted with
+reported ``cached_tokens``). ``schedule`` may await (data producers with a deadline); ranking
+itself stays pure. Policies are registered by kebab-case name in :data:`SCHEDULERS`, which
+``[routing] policy`` selects.
 
 Policies:
     ``least-in-flight``: routable endpoints ordered by ``in_flight / weight``; ties rotate so
@@ -17,26 +20,57 @@ endpoints all failed their checks is still tried rather than refused outright.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from gateway.endpoints.model import Endpoint
 from gateway.protocol.openai import InferenceRequest
 
 
-class Scheduler(Protocol):
-    """Ranks endpoints for a request, best first. Must not await or do I/O."""
+@dataclass
+class Decision:
+    """A scheduling decision for one request.
 
-    def rank(self, endpoints: Sequence[Endpoint], request: InferenceRequest) -> list[Endpoint]: ...
+    Attributes:
+        ranked: endpoints to try, best first.
+        breakdown: per endpoint name, per scorer name, a score in [0, 1] (may be empty).
+    """
+
+    ranked: list[Endpoint]
+    breakdown: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def commit(self, endpoint: Endpoint) -> None:
+        """``endpoint`` accepted the request (its response headers arrived with a 2xx)."""
+
+    def observe(self, endpoint: Endpoint, usage: Mapping[str, Any] | None) -> None:
+        """The request finished successfully on ``endpoint`` with this ``usage`` (or None)."""
+
+
+class Scheduler(Protocol):
+    """Schedules one request over a cluster's endpoints."""
+
+    async def schedule(self, endpoints: Sequence[Endpoint], request: InferenceRequest) -> Decision: ...
+
+
+class _Ranking:
+    """Adapts a pure ``rank`` function to the :class:`Scheduler` protocol."""
+
+    def rank(self, endpoints: Sequence[Endpoint], request: InferenceRequest) -> list[Endpoint]:
+        raise NotImplementedError
+
+    async def schedule(self, endpoints: Sequence[Endpoint], request: InferenceRequest) -> Decision:
+        return Decision(self.rank(endpoints, request))
 
 
 def _split(endpoints: Sequence[Endpoint]) -> tuple[list[Endpoint], list[Endpoint]]:
+    """(routable, ejected); draining endpoints are in neither: they take no new requests."""
     routable = [endpoint for endpoint in endpoints if endpoint.routable]
-    ejected = [endpoint for endpoint in endpoints if not endpoint.routable]
+    ejected = [endpoint for endpoint in endpoints if not endpoint.routable and not endpoint.draining]
     return routable, ejected
 
 
-class RoundRobinScheduler:
+class RoundRobinScheduler(_Ranking):
     """Rotates through routable endpoints; ejected ones go last."""
 
     def __init__(self) -> None:
@@ -51,7 +85,7 @@ class RoundRobinScheduler:
         return routable + ejected
 
 
-class LeastInFlightScheduler:
+class LeastInFlightScheduler(_Ranking):
     """Fewest in-flight requests per unit of weight first; ties broken by rotation."""
 
     def __init__(self) -> None:

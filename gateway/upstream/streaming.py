@@ -166,6 +166,7 @@ class StreamRelay:
             self._fail("stream_error", str(observer.error.get("message")))
             return
         self._endpoint.record_success()
+        self._exchange.decision.observe(self._endpoint, observer.usage)
         self._release()
         self._exchange.finish(SUCCESS, usage=observer.usage, first_token_at=observer.first_token_at)
 

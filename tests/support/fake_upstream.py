@@ -13,16 +13,20 @@ Scripts:
                    ``[DONE]``. ``/v1/completions`` answers in the ``text_completion`` format.
     rich           like ok, non-streaming, with a tool call, token logprobs and a non-null
                    ``kv_transfer_params`` (chat only).
-    status:NNN     answer HTTP NNN with an OpenAI-shaped error body (429 adds ``Retry-After: 7``).
+    status:NNN     answer HTTP NNN with an OpenAI-shaped error body, message ``fake upstream says
+                   NNN`` (429 adds ``Retry-After: 7``). ``status:NNN:text`` sends that message as
+                   plain text, ``status:NNN:flat`` as ``{"object": "error", "message": ...}`` (the
+                   error shape of older vLLM and SGLang servers).
     inband_error   stream: one content chunk, then ``data: {"error": ...}``, ``[DONE]``, status 200.
     first_error    stream: ``data: {"error": ...}`` as the very first event, status 200.
     truncate       stream: two content chunks, then the connection closes without ``[DONE]``.
     hang           wait forever before the response headers.
-    stall          stream: send the 200 headers, then wait forever before the first chunk.
+    stall          send the 200 headers, then wait forever before the first byte of the body.
     hang_stream    stream: send the first content chunk, then wait forever.
     empty_stream   status 200 text/event-stream with an empty body.
 
-Every request seen is recorded in ``FakeUpstream.requests`` (headers, raw body, parsed body);
+Every request seen is recorded in ``FakeUpstream.requests`` (headers with lower-case names, raw
+body, parsed body);
 ``active`` counts the requests still being handled and ``cancelled`` those whose handler was
 cancelled because the caller (kvgate) dropped the connection. The counters are written on the
 fake's own thread; tests poll them with :func:`tests.support.threads.wait_until`.
@@ -139,7 +143,8 @@ class FakeUpstream:
     async def _handle(self, request: web.Request, text: bool) -> web.StreamResponse:
         raw = await request.read()
         body = orjson.loads(raw)
-        self.requests.append({"headers": dict(request.headers), "raw": raw, "body": body})
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        self.requests.append({"headers": headers, "raw": raw, "body": body})
         script = self.script or str(body.get("fake", "ok"))
         self.active += 1
         try:
@@ -152,13 +157,14 @@ class FakeUpstream:
 
     async def _run(self, request: web.Request, body: dict[str, Any], raw: bytes, script: str, text: bool) -> web.StreamResponse:
         if script.startswith("status:"):
-            status = int(script.split(":")[1])
-            error = {"error": {"message": f"fake upstream says {status}", "type": "BadRequestError", "param": None, "code": status}}
-            headers = {"Retry-After": "7"} if status == 429 else None
-            return web.json_response(error, status=status, headers=headers)
+            return self._error(script)
         if script == "hang":
             await asyncio.sleep(3600)
         model = body["model"]
+        if script == "stall" and not body.get("stream"):
+            response = web.StreamResponse(headers={"Content-Type": "application/json"})
+            await response.prepare(request)
+            await asyncio.sleep(3600)
         if not body.get("stream"):
             return web.json_response(self._completion_body(raw, model, text, rich=script == "rich"))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -190,6 +196,20 @@ class FakeUpstream:
             await response.write(_usage_chunk(model, text))
         await response.write(b"data: [DONE]\n\n")
         return response
+
+    @staticmethod
+    def _error(script: str) -> web.Response:
+        _, status_text, *style = script.split(":")
+        status = int(status_text)
+        message = f"fake upstream says {status}"
+        headers = {"Retry-After": "7"} if status == 429 else None
+        if style == ["text"]:
+            return web.Response(text=message, status=status, headers=headers)
+        if style == ["flat"]:  # vLLM's and SGLang's older ErrorResponse
+            flat = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": status}
+            return web.json_response(flat, status=status, headers=headers)
+        error = {"error": {"message": message, "type": "BadRequestError", "param": None, "code": status}}
+        return web.json_response(error, status=status, headers=headers)
 
     def _completion_body(self, raw: bytes, model: str, text: bool, rich: bool) -> dict[str, Any]:
         content = f"echo from {self.name}"

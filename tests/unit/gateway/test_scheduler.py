@@ -50,3 +50,16 @@ def test_ejected_endpoints_go_last_but_stay_rankable() -> None:
 
 def test_registry_names() -> None:
     assert set(SCHEDULERS) == {"least-in-flight", "round-robin"}
+
+
+async def test_schedule_wraps_rank_in_a_decision() -> None:
+    decision = await LeastInFlightScheduler().schedule(endpoints(1, 0), REQUEST)
+    assert names(decision.ranked) == ["e1", "e0"]
+    assert decision.breakdown == {}
+
+
+def test_draining_endpoints_are_never_ranked() -> None:
+    group = endpoints(0, 0)
+    group[0].draining = True
+    for scheduler in (LeastInFlightScheduler(), RoundRobinScheduler()):
+        assert names(scheduler.rank(group, REQUEST)) == ["e1"]
