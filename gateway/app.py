@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
-from gateway.api import health, openai
+from gateway.api import admin, health, openai
 from gateway.api.auth import KeyChecker
 from gateway.api.middleware import RequestIdMiddleware
 from gateway.endpoints.health import HealthChecker
@@ -134,6 +134,7 @@ def create_app(
     app.state.container = container
     app.router.routes.extend(openai.routes)
     app.include_router(health.router)
+    app.include_router(admin.router)
     app.add_exception_handler(GatewayError, _on_gateway_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -66,6 +66,14 @@ class AuthSettings(_Section):
     )
 
 
+class AdminSettings(_Section):
+    """The admin REST API under ``/admin`` (disabled while ``api_key`` is empty)."""
+
+    api_key: SecretStr | None = Field(
+        None, description="Admin key (Bearer), distinct from client keys. Prefer env KVGATE__ADMIN__API_KEY."
+    )
+
+
 class UpstreamSettings(_Section):
     """The pooled HTTP client that talks to endpoints (aiohttp; chosen by bench/upstream_client.py)."""
 
@@ -145,6 +153,7 @@ class Settings(BaseSettings):
 
     server: ServerSettings = Field(default_factory=ServerSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    admin: AdminSettings = Field(default_factory=AdminSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
@@ -181,6 +190,9 @@ class Settings(BaseSettings):
                 if name in public and name != model.cluster:
                     raise ValueError(f"models.{model_name}: name {name!r} is used twice")
                 public.add(name)
+        admin_key = self.admin.api_key.get_secret_value() if self.admin.api_key else None
+        if admin_key and admin_key in {key.get_secret_value() for key in self.auth.api_keys}:
+            raise ValueError("admin.api_key: must differ from every client key in auth.api_keys")
         if not self.auth.api_keys and not self.server.is_loopback():
             raise ValueError(
                 f"auth.api_keys: required when server.host is not loopback (got {self.server.host!r})"
