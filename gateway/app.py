@@ -101,7 +101,7 @@ def create_app(
         settings=settings,
         clock=clock,
         metrics=GatewayMetrics(),
-        registry=EndpointRegistry.from_settings(settings),
+        registry=EndpointRegistry.from_settings(settings, clock=clock),
         catalog=ModelCatalog.from_settings(settings),
         keys=KeyChecker(key.get_secret_value() for key in settings.auth.api_keys),
     )
@@ -117,6 +117,7 @@ def create_app(
             upstream=client,
             metrics=container.metrics,
             max_attempts=settings.upstream.max_attempts,
+            max_retry_after_s=settings.upstream.max_retry_after_s,
             clock=clock,
         )
         checker = HealthChecker(container.registry, client, settings.health, container.metrics)

@@ -21,13 +21,19 @@ CANCELLED = "cancelled"
 class Exchange:
     """Timings (seconds, from the injected monotonic clock) and outcome of one request."""
 
-    __slots__ = ("request_id", "model", "cluster", "endpoint", "decision", "started", "_clock", "_metrics", "outcome")
+    __slots__ = (
+        "request_id", "model", "route", "cluster", "endpoint", "decision", "attempts", "continuations",
+        "started", "_clock", "_metrics", "outcome",
+    )
 
     def __init__(self, request_id: str, model: str, clock: Callable[[], float], metrics: GatewayMetrics) -> None:
         self.request_id = request_id
         self.model = model
+        self.route = ""
         self.cluster = ""
         self.endpoint = ""
+        self.attempts = 0  # upstream attempts made
+        self.continuations = 0  # mid-stream continuations on another endpoint
         self.decision: Any = None  # the routing Decision, once scheduled
         self._clock = clock
         self._metrics = metrics

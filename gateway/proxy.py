@@ -1,28 +1,35 @@
-"""The per-request orchestrator: model -> cluster -> ranked endpoints -> attempt loop.
+"""The per-request orchestrator: model -> route -> ranked endpoints -> attempt loop.
 
-Flow of one inference request (see ARCHITECTURE.md, "Flow of one chat request"):
+Flow of one inference request (ARCHITECTURE.md, "Flow of one chat request"):
 
-1. Resolve the model name to a cluster (404 ``model_not_found``).
-2. Snapshot the cluster's endpoints and rank them with the configured scheduler.
-3. Attempt loop, at most ``upstream.max_attempts`` endpoints: open the upstream request; before
-   the first byte reaches the client, a connection failure, a timeout, a 5xx/408/429, an empty
-   body or an in-band error as the first stream event moves on to the next endpoint. An
-   endpoint's 4xx (other than 408/429) is the client's fault: relayed at once, never retried,
-   never counted against the endpoint.
-4. Hand the open response to the caller: a complete :class:`BufferedReply`, or a
+1. Resolve the model name to a route (404 ``model_not_found``); apply ``X-Failover-Route``.
+2. For each cluster of the route, primary first: snapshot its endpoints and schedule them.
+3. Attempt loop, at most ``upstream.max_attempts`` attempts in all (one when failover is off):
+   skip endpoints whose circuit breaker refuses; open the request; before the first byte
+   reaches the client, a connection failure, a timeout, a 5xx/408/429, an empty body or an
+   in-band error as the first stream event moves on (``gateway/failover.py``). An endpoint's
+   other 4xx is the client's fault: relayed at once, never retried, never counted.
+4. Hand the open response over: a complete :class:`BufferedReply`, or a
    :class:`~gateway.upstream.streaming.StreamRelay` that owns the in-flight slot until the
-   stream ends or the client leaves.
+   stream ends or the client leaves, and may continue a broken plain-text stream on another
+   endpoint of the same cluster (``gateway/continuation.py``).
+5. Nothing could be tried (every breaker open): 503 with ``Retry-After`` = seconds until the
+   earliest endpoint may be tried again.
 
 The client's own API key never reaches an endpoint; each endpoint gets only its own credential.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
 
+from gateway import failover
+from gateway.continuation import continuable, continuation_body
 from gateway.endpoints.model import Endpoint
 from gateway.endpoints.registry import EndpointRegistry
 from gateway.errors import (
@@ -34,15 +41,15 @@ from gateway.errors import (
     error_message_of,
 )
 from gateway.exchange import SUCCESS, Exchange
+from gateway.failover import Route
 from gateway.observability.metrics import GatewayMetrics
 from gateway.protocol.openai import InferenceRequest
 from gateway.protocol.sse import StreamObserver
 from gateway.routes.catalog import ModelCatalog
-from gateway.routing.scheduler import Scheduler
+from gateway.routing.scheduler import Decision, Scheduler
 from gateway.upstream.client import Upstream, UpstreamResponse
-from gateway.upstream.streaming import StreamRelay
+from gateway.upstream.streaming import StreamRelay, Upstreamed
 
-_RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
 _RELAYED_HEADERS = ("retry-after",)
 
 
@@ -58,10 +65,11 @@ class BufferedReply:
 class _Retry(Exception):
     """This attempt failed before anything reached the client; try the next endpoint."""
 
-    def __init__(self, error: GatewayError, reason: str) -> None:
+    def __init__(self, error: GatewayError, reason: str, wait_s: float = 0.0) -> None:
         super().__init__(error.message)
         self.error = error
         self.reason = reason
+        self.wait_s = wait_s
 
 
 def _named(endpoint: Endpoint, error: GatewayError) -> GatewayError:
@@ -81,6 +89,7 @@ class Proxy:
         upstream: Upstream,
         metrics: GatewayMetrics,
         max_attempts: int,
+        max_retry_after_s: float,
         clock: Callable[[], float],
     ) -> None:
         self._catalog = catalog
@@ -89,71 +98,115 @@ class Proxy:
         self._upstream = upstream
         self._metrics = metrics
         self._max_attempts = max_attempts
+        self._max_retry_after_s = max_retry_after_s
         self._clock = clock
 
-    async def forward(self, request: InferenceRequest, exchange: Exchange) -> BufferedReply | StreamRelay:
-        """Send ``request`` to the best endpoint that answers.
+    def route_for(self, request: InferenceRequest, failover_header: str | None) -> Route:
+        """The effective route. Raises ModelNotFoundError (404) or InvalidRequestError (400)."""
+        entry = self._catalog.resolve(request.model)
+        return failover.apply_failover_header(failover_header, entry.route, self._catalog.routes)
+
+    async def forward(self, request: InferenceRequest, exchange: Exchange, route: Route) -> BufferedReply | StreamRelay:
+        """Send ``request`` along ``route`` to the first endpoint that answers.
 
         Raises:
-            ModelNotFoundError: unknown model (404).
             UpstreamClientError: the endpoint's own 4xx, relayed.
-            UpstreamError, UpstreamTimeoutError, NoHealthyEndpointError: every attempt failed
-                (502 / 504 / 503).
+            UpstreamError, UpstreamTimeoutError, NoHealthyEndpointError: every attempt failed,
+                or none could be made (502 / 504 / 503 with ``Retry-After``).
         """
-        entry = self._catalog.resolve(request.model)
-        exchange.cluster = entry.cluster
-        endpoints = self._registry.cluster(entry.cluster)
-        if not endpoints:
-            raise NoHealthyEndpointError(f"Cluster '{entry.cluster}' has no endpoints.")
-        decision = await self._scheduler.schedule(endpoints, request)
-        if not decision.ranked:
-            raise NoHealthyEndpointError(f"Cluster '{entry.cluster}' has no endpoint taking new requests.")
-        exchange.decision = decision
+        exchange.route, exchange.cluster = route.name, route.clusters[0]
+        budget = self._max_attempts if route.failover else 1
         last: GatewayError | None = None
-        for endpoint in decision.ranked[: self._max_attempts]:
-            exchange.endpoint = endpoint.name
-            try:
-                return await self._attempt(endpoint, request, exchange)
-            except _Retry as retry:
-                endpoint.record_failure(retry.reason)
-                self._metrics.upstream_failures.labels(endpoint.name, retry.reason).inc()
-                last = retry.error
-        assert last is not None
-        raise last
+        retry_at: list[float] = []
+        for cluster in route.clusters:
+            endpoints = self._registry.cluster(cluster)
+            if not endpoints:
+                continue
+            decision = await self._scheduler.schedule(endpoints, request)
+            for endpoint in decision.ranked:
+                if budget == 0:
+                    break
+                if not endpoint.breaker.allow():
+                    retry_at.append(endpoint.breaker.retry_at)
+                    continue
+                budget -= 1
+                if exchange.attempts and exchange.cluster != cluster:
+                    self._metrics.failovers.labels(exchange.cluster, cluster).inc()
+                exchange.cluster, exchange.endpoint, exchange.decision = cluster, endpoint.name, decision
+                exchange.attempts += 1
+                try:
+                    return await self._attempt(endpoint, request, exchange, route, decision)
+                except _Retry as retry:
+                    self._failed(endpoint, retry.reason, retry.error.message)
+                    last = retry.error
+                    if retry.wait_s and budget:
+                        await asyncio.sleep(retry.wait_s)
+            if budget == 0:
+                break
+        if last is not None:
+            raise last
+        raise self._unavailable(route, retry_at)
+
+    def _unavailable(self, route: Route, retry_at: list[float]) -> NoHealthyEndpointError:
+        wait = max(1, math.ceil(min(retry_at) - self._clock())) if retry_at else 1
+        names = ", ".join(route.clusters)
+        return NoHealthyEndpointError(
+            f"No endpoint of {names} can take requests now; retry in {wait} s.", headers={"Retry-After": str(wait)}
+        )
+
+    def _failed(self, endpoint: Endpoint, reason: str, message: str) -> None:
+        endpoint.record_failure(f"{reason}: {message}")
+        self._metrics.upstream_failures.labels(endpoint.name, reason).inc()
+
+    def _acquire(self, endpoint: Endpoint) -> None:
+        endpoint.acquire()
+        self._metrics.in_flight.labels(endpoint.name).inc()
+
+    def _release(self, endpoint: Endpoint) -> None:
+        endpoint.release()
+        self._metrics.in_flight.labels(endpoint.name).dec()
+
+    def _headers(self, endpoint: Endpoint, exchange: Exchange) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity", "X-Request-Id": exchange.request_id}
+        if endpoint.spec.api_key:
+            headers["Authorization"] = f"Bearer {endpoint.spec.api_key}"
+        return headers
 
     async def _attempt(
-        self, endpoint: Endpoint, request: InferenceRequest, exchange: Exchange
+        self, endpoint: Endpoint, request: InferenceRequest, exchange: Exchange, route: Route, decision: Decision
     ) -> BufferedReply | StreamRelay:
-        spec = endpoint.spec
-        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity", "X-Request-Id": exchange.request_id}
-        if spec.api_key:
-            headers["Authorization"] = f"Bearer {spec.api_key}"
-        endpoint.acquire()
-        gauge = self._metrics.in_flight.labels(endpoint.name)
-        gauge.inc()
+        self._acquire(endpoint)
         handed_off = False
         try:
-            response = await self._open(endpoint, request, headers)
-            exchange.decision.commit(endpoint)
+            body = request.body_for(endpoint.spec.served_model)
             if request.stream:
-                relay = await self._first_chunk(endpoint, response, exchange)
+                observer = StreamObserver(self._clock, collect=continuable(request) and route.failover)
+                source = await self._open_stream(endpoint, request, body, exchange, route, observer)
+                decision.commit(endpoint)
+                relay = self._relay(source, observer, request, exchange, route, decision)
                 handed_off = True
                 return relay
-            body = await self._read(endpoint, response)
+            reply = await self._buffered(endpoint, request, body, exchange, route)
+            decision.commit(endpoint)
             endpoint.record_success()
-            usage = _usage_of(body)
-            exchange.decision.observe(endpoint, usage)
+            usage = _usage_of(reply.body)
+            decision.observe(endpoint, usage)
             exchange.finish(SUCCESS, usage=usage)
-            return BufferedReply(response.status, body, response.headers.get("content-type", "application/json"))
+            return reply
+        except UpstreamClientError:
+            endpoint.breaker.release_probe()
+            raise
+        except asyncio.CancelledError:
+            endpoint.breaker.release_probe()
+            raise
         finally:
             if not handed_off:
-                endpoint.release()
-                gauge.dec()
+                self._release(endpoint)
 
-    async def _open(self, endpoint: Endpoint, request: InferenceRequest, headers: dict[str, str]) -> UpstreamResponse:
+    async def _open(self, endpoint: Endpoint, request: InferenceRequest, body: bytes, exchange: Exchange, route: Route) -> UpstreamResponse:
         url = endpoint.spec.base_url + request.operation.path
         try:
-            response = await self._upstream.post(url, request.body_for(endpoint.spec.served_model), headers)
+            response = await self._upstream.post(url, body, self._headers(endpoint, exchange), route.timeouts.connect_s)
         except UpstreamTimeoutError as error:
             raise _Retry(_named(endpoint, error), "timeout") from None
         except UpstreamError as error:
@@ -162,13 +215,30 @@ class Proxy:
             return response
         raw = await self._read(endpoint, response)
         kept = {name: response.headers[name] for name in _RELAYED_HEADERS if name in response.headers}
-        if response.status < 500 and response.status not in _RETRYABLE_CLIENT_STATUSES:
+        if failover.is_client_error(response.status):
             raise UpstreamClientError(response.status, raw, kept)
+        wait = failover.retry_after_s(kept.get("retry-after"), self._max_retry_after_s)
+        if response.status == 429:
+            raise _Retry(UpstreamClientError(429, raw, kept), "http_429", wait)
         message = f"Upstream endpoint '{endpoint.name}' returned HTTP {response.status}: {error_message_of(raw)}"
-        if response.status in _RETRYABLE_CLIENT_STATUSES:
-            raise _Retry(UpstreamClientError(response.status, raw, kept), f"http_{response.status}")
-        error_class = UpstreamTimeoutError if response.status == 504 else UpstreamError
-        raise _Retry(error_class(message), "http_5xx")
+        error_class = UpstreamTimeoutError if response.status in (408, 504) else UpstreamError
+        raise _Retry(error_class(message), f"http_{response.status}", wait)
+
+    async def _buffered(
+        self, endpoint: Endpoint, request: InferenceRequest, body: bytes, exchange: Exchange, route: Route
+    ) -> BufferedReply:
+        response: UpstreamResponse | None = None
+        try:
+            async with asyncio.timeout(route.timeouts.total_s):
+                response = await self._open(endpoint, request, body, exchange, route)
+                raw = await self._read(endpoint, response)
+        except TimeoutError:
+            if response is not None:
+                response.close()
+            raise _Retry(UpstreamTimeoutError(f"Upstream endpoint '{endpoint.name}' timed out."), "timeout") from None
+        if not raw.strip():
+            raise _Retry(UpstreamError(f"Upstream endpoint '{endpoint.name}' sent an empty answer."), "empty_body")
+        return BufferedReply(response.status, raw, response.headers.get("content-type", "application/json"))
 
     async def _read(self, endpoint: Endpoint, response: UpstreamResponse) -> bytes:
         try:
@@ -178,11 +248,25 @@ class Proxy:
         except UpstreamError as error:
             raise _Retry(_named(endpoint, error), "broken_body") from None
 
-    async def _first_chunk(self, endpoint: Endpoint, response: UpstreamResponse, exchange: Exchange) -> StreamRelay:
-        """Wait for the stream's first bytes; fail over if it is empty or opens with an error."""
-        observer = StreamObserver(self._clock)
+    async def _open_stream(
+        self,
+        endpoint: Endpoint,
+        request: InferenceRequest,
+        body: bytes,
+        exchange: Exchange,
+        route: Route,
+        observer: StreamObserver,
+    ) -> Upstreamed:
+        """Open a stream and wait for its first bytes; fail over if it is empty or opens with an error."""
+        response: UpstreamResponse | None = None
         try:
-            first = await response.next_chunk()
+            async with asyncio.timeout(route.timeouts.first_byte_s):
+                response = await self._open(endpoint, request, body, exchange, route)
+                first = await response.next_chunk()
+        except TimeoutError:
+            if response is not None:
+                response.close()
+            raise _Retry(UpstreamTimeoutError(f"Upstream endpoint '{endpoint.name}' sent nothing in time."), "timeout") from None
         except UpstreamTimeoutError as error:
             raise _Retry(_named(endpoint, error), "timeout") from None
         except UpstreamError as error:
@@ -190,20 +274,72 @@ class Proxy:
         if not first:
             response.release()
             raise _Retry(UpstreamError(f"Upstream endpoint '{endpoint.name}' sent an empty stream."), "empty_body")
-        observer.feed(first)
-        if observer.error is not None and observer.first_token_at is None:
+        events = observer.split(first) if observer.collect else None
+        if events is None:
+            observer.feed(first)
+        if observer.error is not None and observer.output_events == 0:
             response.close()
             message = str(observer.error.get("message") or "in-band error event")
             raise _Retry(UpstreamError(f"Upstream endpoint '{endpoint.name}' failed: {message}"), "stream_error")
+        return Upstreamed(endpoint, response, first, events)
+
+    def _relay(
+        self,
+        source: Upstreamed,
+        observer: StreamObserver,
+        request: InferenceRequest,
+        exchange: Exchange,
+        route: Route,
+        decision: Decision,
+    ) -> StreamRelay:
+        async def resume(seen: StreamObserver, tried: set[str]) -> Upstreamed | None:
+            return await self._resume(request, exchange, route, decision, seen, tried)
+
         return StreamRelay(
-            first=first,
-            response=response,
+            source=source,
             observer=observer,
-            endpoint=endpoint,
             exchange=exchange,
-            in_flight_gauge=self._metrics.in_flight.labels(endpoint.name),
-            failures=self._metrics.upstream_failures,
+            on_release=self._release,
+            on_failure=self._failed,
+            idle_s=route.timeouts.idle_s,
+            resume=resume if observer.collect else None,
         )
+
+    async def _resume(
+        self,
+        request: InferenceRequest,
+        exchange: Exchange,
+        route: Route,
+        decision: Decision,
+        seen: StreamObserver,
+        tried: set[str],
+    ) -> Upstreamed | None:
+        """Continue the answer ``seen`` so far on another endpoint of the same cluster, or None."""
+        for endpoint in decision.ranked:
+            if endpoint.name in tried or not endpoint.breaker.allow():
+                continue
+            body = continuation_body(request, seen, endpoint.spec.served_model)
+            if body is None:
+                return None
+            self._acquire(endpoint)
+            try:
+                scratch = StreamObserver(self._clock)
+                source = await self._open_stream(endpoint, request, body, exchange, route, scratch)
+            except (_Retry, UpstreamClientError) as failure:
+                self._release(endpoint)
+                if isinstance(failure, _Retry):
+                    self._failed(endpoint, failure.reason, failure.error.message)
+                else:
+                    endpoint.breaker.release_probe()
+                tried.add(endpoint.name)
+                continue
+            except BaseException:
+                self._release(endpoint)
+                endpoint.breaker.release_probe()
+                raise
+            self._metrics.continuations.labels(exchange.cluster).inc()
+            return Upstreamed(source.endpoint, source.response, source.first, None)
+        return None
 
 
 def _usage_of(body: bytes) -> object:

@@ -57,6 +57,18 @@ class ServerSettings(_Section):
             return False
 
 
+class ClientKeySettings(_Section):
+    """A named client key from the config file and its limits (admin-made keys live in the state store)."""
+
+    name: str = Field(min_length=1, description="Unique name, shown in usage records and metrics.")
+    key: SecretStr = Field(description="The secret. Prefer env: KVGATE__AUTH__KEYS='[{...}]'.")
+    models: list[str] | None = Field(None, description="Public models (or aliases) this key may use; None: all.")
+    rpm: int | None = Field(None, ge=1, description="Requests per minute (sliding window); None: no limit.")
+    tpm: int | None = Field(None, ge=1, description="Tokens per minute (input + output, sliding window).")
+    budget_usd: float | None = Field(None, gt=0, description="Spend allowed per budget_period, USD.")
+    budget_period: Literal["hour", "day", "week", "month"] = Field("month", description="UTC calendar period.")
+
+
 class AuthSettings(_Section):
     """Client API keys, sent as ``Authorization: Bearer KEY``."""
 
@@ -64,6 +76,13 @@ class AuthSettings(_Section):
         default_factory=list,
         description="Accepted client keys. Empty means no auth, allowed only on a loopback host.",
     )
+    keys: list[ClientKeySettings] = Field(
+        default_factory=list, description="Named client keys with limits (see [[auth.keys]])."
+    )
+
+    def has_keys(self) -> bool:
+        """True if any client key is configured (plain or named)."""
+        return bool(self.api_keys or self.keys)
 
 
 class AdminSettings(_Section):
@@ -72,20 +91,58 @@ class AdminSettings(_Section):
     api_key: SecretStr | None = Field(
         None, description="Admin key (Bearer), distinct from client keys. Prefer env KVGATE__ADMIN__API_KEY."
     )
+    allowed_networks: list[str] = Field(
+        default_factory=lambda: ["127.0.0.0/8", "::1/128"],
+        description="Networks (CIDR) an endpoint added through the admin API may resolve to.",
+    )
+
+    @field_validator("allowed_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for network in value:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"not a network in CIDR notation: {network!r}") from None
+        return value
+
+
+class TimeoutSettings(_Section):
+    """Per-attempt time limits, seconds. ``[upstream.timeouts]`` sets defaults; a route may override.
+
+    Long healthy streams are never cut by a total limit: ``total_s`` applies to non-streaming
+    requests only; streams are bounded by ``first_byte_s`` and then ``idle_s`` between chunks.
+    """
+
+    connect_s: float = Field(5.0, gt=0, description="TCP connect to an endpoint.")
+    first_byte_s: float = Field(300.0, gt=0, description="Request sent -> first body bytes (covers prefill).")
+    idle_s: float = Field(120.0, gt=0, description="Longest silence between two stream chunks.")
+    total_s: float = Field(600.0, gt=0, description="Whole non-streaming attempt.")
+
+
+class CircuitSettings(_Section):
+    """Circuit breaker per endpoint (see gateway/endpoints/circuit.py)."""
+
+    consecutive_failures: int = Field(5, ge=1, description="Failures in a row that open the breaker.")
+    failure_ratio: float = Field(0.5, gt=0, le=1, description="Failure share in the window that opens it.")
+    min_requests: int = Field(20, ge=1, description="Outcomes needed in the window before the ratio counts.")
+    window_s: float = Field(30.0, gt=0, description="Sliding window for the ratio, seconds.")
+    cooldown_s: float = Field(5.0, gt=0, description="Open for this long before one half-open probe, seconds.")
+    max_cooldown_s: float = Field(60.0, gt=0, description="Cap of the cooldown, doubled after each failed probe.")
 
 
 class UpstreamSettings(_Section):
     """The pooled HTTP client that talks to endpoints (aiohttp; chosen by bench/upstream_client.py)."""
 
-    connect_timeout_s: float = Field(5.0, gt=0, description="TCP connect timeout, seconds.")
-    read_timeout_s: float = Field(
-        600.0, gt=0, description="Longest wait for response headers or between two body chunks, seconds."
-    )
     pool_size: int = Field(1024, ge=1, description="Most open connections to all endpoints together.")
     keepalive_s: float = Field(60.0, ge=0, description="Idle keep-alive connections are closed after this, seconds.")
     max_attempts: int = Field(
         3, ge=1, le=10, description="Endpoints tried per request before the gateway gives up (502/503/504)."
     )
+    max_retry_after_s: float = Field(
+        2.0, ge=0, description="Longest Retry-After (from a 429/503) honoured before the next attempt, seconds."
+    )
+    timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
 
 
 class HealthSettings(_Section):
@@ -118,18 +175,53 @@ class EndpointSettings(_Section):
         return value.rstrip("/")
 
 
+class PriceSettings(_Section):
+    """A cluster's price, USD per 1M tokens. A request costs its usage at these prices."""
+
+    input_per_mtok: float = Field(0.0, ge=0, description="USD per 1M uncached input (prompt) tokens.")
+    cached_input_per_mtok: float | None = Field(
+        None, ge=0, description="USD per 1M cached input tokens; default: input_per_mtok."
+    )
+    output_per_mtok: float = Field(0.0, ge=0, description="USD per 1M output (completion) tokens.")
+
+
 class ClusterSettings(_Section):
     """A named pool of endpoints serving one model at one tier (e.g. ``reasoning``, ``fast``)."""
 
     description: str = ""
     endpoints: list[EndpointSettings] = Field(default_factory=list)
+    price: PriceSettings = Field(default_factory=PriceSettings)
+
+
+class RouteSettings(_Section):
+    """A named route: the primary cluster first, then its failover chain."""
+
+    clusters: list[str] = Field(min_length=1, description="Cluster names in the order they are tried.")
+    timeouts: TimeoutSettings | None = Field(None, description="Overrides [upstream.timeouts] for this route.")
 
 
 class ModelSettings(_Section):
-    """A public model name clients send, mapped onto a cluster."""
+    """A public model name clients send, mapped onto a route (or one cluster plus a chain)."""
 
-    cluster: str = Field(description="Name of the cluster serving this model.")
+    cluster: str | None = Field(None, description="Primary cluster serving this model (or give `route`).")
+    failover: list[str] = Field(default_factory=list, description="Clusters tried after `cluster`, in order.")
+    route: str | None = Field(None, description="A [routes.NAME] entry (instead of `cluster`).")
     aliases: list[str] = Field(default_factory=list, description="Other names clients may use for it.")
+
+    @model_validator(mode="after")
+    def _cluster_or_route(self) -> ModelSettings:
+        if (self.cluster is None) == (self.route is None):
+            raise ValueError("give exactly one of `cluster` or `route`")
+        if self.route is not None and self.failover:
+            raise ValueError("`failover` goes with `cluster`; a route lists its own chain")
+        return self
+
+    def chain(self, routes: dict[str, RouteSettings]) -> list[str]:
+        """The clusters this model's requests walk, primary first."""
+        if self.route is not None:
+            return list(routes[self.route].clusters)
+        assert self.cluster is not None
+        return [self.cluster, *self.failover]
 
 
 class RoutingSettings(_Section):
@@ -144,6 +236,44 @@ class MetricsSettings(_Section):
     enabled: bool = Field(True, description="Serve Prometheus text at GET /metrics.")
 
 
+class StateSettings(_Section):
+    """State shared by gateway replicas: admin changes, API keys, quota counters and usage."""
+
+    redis_url: str | None = Field(
+        None, description="redis://host:port/db shared by the replicas; None: in-process (one replica)."
+    )
+    key_prefix: str = Field("kvgate:", min_length=1, description="Prefix of every Redis key kvgate writes.")
+    sync_interval_s: float = Field(1.0, gt=0, description="How often a replica polls for admin changes, seconds.")
+    timeout_s: float = Field(0.5, gt=0, description="Connect and read timeout of one Redis call, seconds.")
+
+
+class QuotaSettings(_Section):
+    """Per-key quota enforcement (limits are set per key)."""
+
+    on_store_error: Literal["allow", "deny"] = Field(
+        "allow", description="When the state store is unreachable: allow (fail open, counted) or deny (503)."
+    )
+    usage_retention_days: int = Field(35, ge=1, description="Days a per-key daily usage record is kept.")
+
+
+class TracingSettings(_Section):
+    """OpenTelemetry traces: a server span per request, a client span per upstream attempt."""
+
+    enabled: bool = Field(False, description="Export spans over OTLP/HTTP (protobuf).")
+    otlp_endpoint: str = Field("http://127.0.0.1:4318/v1/traces", description="OTLP/HTTP traces URL.")
+    service_name: str = Field("kvgate", description="service.name resource attribute.")
+    sample_ratio: float = Field(1.0, ge=0, le=1, description="Share of new traces sampled (parent-based).")
+
+
+class LoggingSettings(_Section):
+    """Structured logs on stderr; the level is server.log_level."""
+
+    format: Literal["json", "text"] = Field("json", description="One JSON object per line, or plain text.")
+    log_payloads: bool = Field(
+        False, description="Add request bodies and non-streamed answers (4 KiB each) to access logs."
+    )
+
+
 class Settings(BaseSettings):
     """The whole configuration. Build with :func:`load_settings`; construct directly in tests."""
 
@@ -156,9 +286,15 @@ class Settings(BaseSettings):
     admin: AdminSettings = Field(default_factory=AdminSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
+    circuit: CircuitSettings = Field(default_factory=CircuitSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    state: StateSettings = Field(default_factory=StateSettings)
+    quotas: QuotaSettings = Field(default_factory=QuotaSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
     clusters: dict[str, ClusterSettings] = Field(default_factory=dict)
+    routes: dict[str, RouteSettings] = Field(default_factory=dict)
     models: dict[str, ModelSettings] = Field(default_factory=dict)
 
     @classmethod
@@ -182,10 +318,17 @@ class Settings(BaseSettings):
                 if name in names:
                     raise ValueError(f"clusters.{cluster_name}.endpoints.{index}.name: duplicate endpoint name {name!r}")
                 names[name] = cluster_name
+        for route_name, route in self.routes.items():
+            for cluster in route.clusters:
+                if cluster not in self.clusters:
+                    raise ValueError(f"routes.{route_name}.clusters: unknown cluster {cluster!r}")
         public: set[str] = set(self.clusters)
         for model_name, model in self.models.items():
-            if model.cluster not in self.clusters:
-                raise ValueError(f"models.{model_name}.cluster: unknown cluster {model.cluster!r}")
+            if model.route is not None and model.route not in self.routes:
+                raise ValueError(f"models.{model_name}.route: unknown route {model.route!r}")
+            for cluster in ([model.cluster] if model.cluster else []) + model.failover:
+                if cluster not in self.clusters:
+                    raise ValueError(f"models.{model_name}: unknown cluster {cluster!r}")
             for name in (model_name, *model.aliases):
                 if name in public and name != model.cluster:
                     raise ValueError(f"models.{model_name}: name {name!r} is used twice")
@@ -193,7 +336,8 @@ class Settings(BaseSettings):
         admin_key = self.admin.api_key.get_secret_value() if self.admin.api_key else None
         if admin_key and admin_key in {key.get_secret_value() for key in self.auth.api_keys}:
             raise ValueError("admin.api_key: must differ from every client key in auth.api_keys")
-        if not self.auth.api_keys and not self.server.is_loopback():
+        _check_named_keys(self.auth, admin_key)
+        if not self.auth.has_keys() and not self.server.is_loopback():
             raise ValueError(
                 f"auth.api_keys: required when server.host is not loopback (got {self.server.host!r})"
             )
@@ -202,6 +346,21 @@ class Settings(BaseSettings):
     def endpoint_name(self, cluster: str, index: int) -> str:
         """The effective name of ``clusters[cluster].endpoints[index]``."""
         return self.clusters[cluster].endpoints[index].name or f"{cluster}-{index}"
+
+
+def _check_named_keys(auth: AuthSettings, admin_key: str | None) -> None:
+    """``auth.keys``: unique names and secrets, none equal to a plain client key or the admin key."""
+    plain = {key.get_secret_value() for key in auth.api_keys}
+    names: set[str] = set()
+    secrets: set[str] = set()
+    for index, entry in enumerate(auth.keys):
+        secret = entry.key.get_secret_value()
+        if entry.name in names:
+            raise ValueError(f"auth.keys.{index}.name: duplicate key name {entry.name!r}")
+        if secret in secrets or secret in plain or (admin_key and secret == admin_key):
+            raise ValueError(f"auth.keys.{index}.key: must differ from every other key and the admin key")
+        names.add(entry.name)
+        secrets.add(secret)
 
 
 def _format_errors(error: ValidationError) -> str:

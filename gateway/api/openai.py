@@ -43,16 +43,21 @@ async def _inference(request: Request, operation: Operation) -> Response:
     container.keys.check(request.headers.get("authorization"))
     raw = await read_body(request, container.settings.server.max_body_bytes)
     parsed = parse_request(operation, raw)
+    route = container.proxy.route_for(parsed, request.headers.get("x-failover-route"))
     exchange = Exchange(request.state.request_id, parsed.model, container.clock, container.metrics)
     try:
-        reply = await race_disconnect(container.proxy.forward(parsed, exchange), request.receive)
+        reply = await race_disconnect(container.proxy.forward(parsed, exchange, route), request.receive)
     except ClientDisconnected:
         exchange.finish(CANCELLED)
         return Response(status_code=499)
     except GatewayError as error:
         exchange.finish(CLIENT_ERROR if error.status < 500 else UPSTREAM_ERROR)
         raise
-    route_headers = {"x-kvgate-cluster": exchange.cluster, "x-kvgate-endpoint": exchange.endpoint}
+    route_headers = {
+        "x-kvgate-route": f"{route.name}; reason={route.reason}",
+        "x-kvgate-cluster": exchange.cluster,
+        "x-kvgate-endpoint": exchange.endpoint,
+    }
     if isinstance(reply, BufferedReply):
         return Response(reply.body, reply.status, route_headers, media_type=reply.content_type)
     reply.headers.extend((name.encode(), value.encode()) for name, value in route_headers.items())

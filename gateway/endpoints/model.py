@@ -4,17 +4,25 @@ An :class:`Endpoint` is one OpenAI-compatible server in a cluster. Its spec neve
 live state (in-flight requests, health) is owned here and changed only through the methods
 below, so every path that takes an in-flight slot gives it back (see ``upstream/streaming.py``).
 
-Health combines active checks (``endpoints/health.py``) with passive request outcomes: after
-``unhealthy_threshold`` consecutive failures the endpoint is ejected; ``healthy_threshold``
-consecutive successful checks re-admit it. A client's cancel or a client error (4xx) never
-counts as a failure.
+Two independent guards decide whether an endpoint takes new requests (``routable``):
+
+* **health**, from active checks (``endpoints/health.py``): ``unhealthy_threshold`` failed checks
+  in a row eject it, ``healthy_threshold`` passing checks in a row re-admit it;
+* **the circuit breaker**, from request outcomes (``endpoints/circuit.py``): open after
+  consecutive failures or a failure ratio, one half-open probe after the cooldown.
+
+A client's cancel or a client error (4xx) counts as neither success nor failure.
 """
 
 from __future__ import annotations
 
 import enum
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from gateway.endpoints.circuit import BreakerPolicy, CircuitBreaker, CircuitState
 
 
 class Health(enum.Enum):
@@ -56,17 +64,29 @@ class Endpoint:
     """Live state of one endpoint. Not thread-safe; used from the event loop only."""
 
     __slots__ = (
-        "spec", "in_flight", "health", "draining", "_failures", "_successes", "_unhealthy_after", "_healthy_after", "last_error",
+        "spec", "in_flight", "health", "draining", "breaker", "source", "last_error",
+        "_check_failures", "_check_successes", "_unhealthy_after", "_healthy_after",
     )
 
-    def __init__(self, spec: EndpointSpec, *, unhealthy_threshold: int = 2, healthy_threshold: int = 1) -> None:
+    def __init__(
+        self,
+        spec: EndpointSpec,
+        *,
+        unhealthy_threshold: int = 2,
+        healthy_threshold: int = 1,
+        breaker: BreakerPolicy = BreakerPolicy(),
+        clock: Callable[[], float] = time.monotonic,
+        source: str = "config",
+    ) -> None:
         self.spec = spec
         self.in_flight = 0
         self.health = Health.UNKNOWN
         self.draining = False  # no new requests; in-flight ones finish
+        self.breaker = CircuitBreaker(breaker, clock)
+        self.source = source  # config | admin | managed
         self.last_error: str | None = None
-        self._failures = 0
-        self._successes = 0
+        self._check_failures = 0
+        self._check_successes = 0
         self._unhealthy_after = unhealthy_threshold
         self._healthy_after = healthy_threshold
 
@@ -76,8 +96,12 @@ class Endpoint:
 
     @property
     def routable(self) -> bool:
-        """May take new requests: not ejected and not draining."""
-        return self.health is not Health.UNHEALTHY and not self.draining
+        """May take new requests: not ejected by checks, not draining, breaker not open."""
+        return self.health is not Health.UNHEALTHY and not self.draining and self.breaker.available()
+
+    @property
+    def circuit(self) -> CircuitState:
+        return self.breaker.state
 
     def acquire(self) -> None:
         self.in_flight += 1
@@ -86,28 +110,29 @@ class Endpoint:
         self.in_flight -= 1
 
     def record_success(self) -> None:
-        """A request or check succeeded: reset the failure run."""
-        self._failures = 0
+        """A request succeeded."""
+        self.breaker.record_success()
         if self.health is Health.UNKNOWN:
             self.health = Health.HEALTHY
 
     def record_failure(self, reason: str) -> None:
-        """A request or check failed; eject after ``unhealthy_threshold`` in a row."""
+        """A request failed for the endpoint's own reasons (never a client's 4xx or cancel)."""
         self.last_error = reason
-        self._successes = 0
-        self._failures += 1
-        if self._failures >= self._unhealthy_after:
-            self.health = Health.UNHEALTHY
+        self.breaker.record_failure()
 
     def record_check(self, ok: bool, reason: str | None = None) -> None:
         """Outcome of an active health check."""
         if not ok:
-            self.record_failure(reason or "health check failed")
+            self.last_error = reason or "health check failed"
+            self._check_successes = 0
+            self._check_failures += 1
+            if self._check_failures >= self._unhealthy_after:
+                self.health = Health.UNHEALTHY
             return
-        self._successes += 1
-        if self.health is not Health.UNHEALTHY or self._successes >= self._healthy_after:
+        self._check_failures = 0
+        self._check_successes += 1
+        if self.health is not Health.UNHEALTHY or self._check_successes >= self._healthy_after:
             self.health = Health.HEALTHY
-            self._failures = 0
 
     def __repr__(self) -> str:
-        return f"Endpoint({self.name!r}, {self.health.value}, in_flight={self.in_flight})"
+        return f"Endpoint({self.name!r}, {self.health.value}, {self.breaker.state.value}, in_flight={self.in_flight})"

@@ -8,10 +8,25 @@ consistent view.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 
+from gateway.endpoints.circuit import BreakerPolicy
 from gateway.endpoints.model import Endpoint, EndpointSpec, Health
 from gateway.settings import ConfigError, Settings
+
+
+def breaker_policy(settings: Settings) -> BreakerPolicy:
+    """The circuit-breaker thresholds of ``[circuit]``."""
+    c = settings.circuit
+    return BreakerPolicy(
+        consecutive_failures=c.consecutive_failures,
+        failure_ratio=c.failure_ratio,
+        min_requests=c.min_requests,
+        window_s=c.window_s,
+        cooldown_s=c.cooldown_s,
+        max_cooldown_s=c.max_cooldown_s,
+    )
 
 
 class EndpointRegistry:
@@ -21,7 +36,9 @@ class EndpointRegistry:
         self._clusters = dict(clusters)
 
     @classmethod
-    def from_settings(cls, settings: Settings, environ: Mapping[str, str] = os.environ) -> EndpointRegistry:
+    def from_settings(
+        cls, settings: Settings, environ: Mapping[str, str] = os.environ, clock: Callable[[], float] = time.monotonic
+    ) -> EndpointRegistry:
         """Build every configured endpoint.
 
         Raises:
@@ -53,6 +70,8 @@ class EndpointRegistry:
                         spec,
                         unhealthy_threshold=settings.health.unhealthy_threshold,
                         healthy_threshold=settings.health.healthy_threshold,
+                        breaker=breaker_policy(settings),
+                        clock=clock,
                     )
                 )
             clusters[cluster_name] = tuple(endpoints)

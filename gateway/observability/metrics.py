@@ -56,6 +56,18 @@ class GatewayMetrics:
             ["endpoint", "reason"],
             registry=r,
         )
+        self.failovers = Counter(
+            "kvgate_failovers",
+            "Requests that moved from one cluster of their route to the next, before the first byte.",
+            ["from_cluster", "to_cluster"],
+            registry=r,
+        )
+        self.continuations = Counter(
+            "kvgate_stream_continuations",
+            "Streams broken after content was sent and continued on another endpoint of the cluster.",
+            ["cluster"],
+            registry=r,
+        )
         self.in_flight = Gauge(
             "kvgate_endpoint_in_flight",
             "Requests in flight to an endpoint from this gateway process.",

@@ -44,13 +44,15 @@ class SSEDecoder:
         return bool(self._pending.strip())
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        return [data for _, data in self.split(chunk) if data is not None]
+
+    def split(self, chunk: bytes) -> list[tuple[bytes, bytes | None]]:
+        """Every event completed by ``chunk``: (its raw bytes with the terminator, its data or None)."""
         buffer = self._pending + chunk if self._pending else chunk
-        events: list[bytes] = []
+        events: list[tuple[bytes, bytes | None]] = []
         start = 0
         for match in _EVENT_END.finditer(buffer):
-            data = _event_data(buffer[start : match.start()])
-            if data is not None:
-                events.append(data)
+            events.append((buffer[start : match.end()], _event_data(buffer[start : match.start()])))
             start = match.end()
         rest = buffer[start:]
         self._pending = rest if len(rest) <= _MAX_PENDING else b""
@@ -81,17 +83,29 @@ class StreamObserver:
         events: number of data events seen.
     """
 
-    __slots__ = ("_decoder", "_clock", "first_token_at", "usage", "finish_reasons", "error", "done", "events")
+    __slots__ = (
+        "_decoder", "_clock", "first_token_at", "usage", "finish_reasons", "error", "done", "events",
+        "collect", "text", "output_events", "identity", "other_output",
+    )
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], *, collect: bool = False) -> None:
         self._decoder = SSEDecoder()
         self._clock = clock
+        self.collect = collect  # keep the generated text (for a mid-stream continuation)
+        self.text: list[str] = []
+        self.output_events = 0  # events that carried generated output (about one token each)
+        self.identity: dict[str, Any] | None = None  # id, created, model, object of the first chunk
+        self.other_output = False  # reasoning, tool calls or several choices: not continuable
         self.first_token_at: float | None = None
         self.usage: dict[str, Any] | None = None
         self.finish_reasons: list[str] = []
         self.error: dict[str, Any] | None = None
         self.done = False
         self.events = 0
+
+    def reset_framing(self) -> None:
+        """Forget a partial event (the stream it came from was abandoned)."""
+        self._decoder = SSEDecoder()
 
     @property
     def has_partial_event(self) -> bool:
@@ -101,16 +115,29 @@ class StreamObserver:
     def feed(self, chunk: bytes) -> None:
         """Observe one relayed read. Never raises on malformed input."""
         for data in self._decoder.feed(chunk):
-            self.events += 1
-            if data == b"[DONE]":
-                self.done = True
-                continue
-            try:
-                event = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(event, dict):
-                self._observe(event)
+            self.observe_data(data)
+
+    def split(self, chunk: bytes) -> list[tuple[bytes, dict[str, Any] | None]]:
+        """Observe ``chunk`` and return its complete events: (raw bytes, parsed JSON object or None)."""
+        events = []
+        for raw, data in self._decoder.split(chunk):
+            events.append((raw, self.observe_data(data) if data is not None else None))
+        return events
+
+    def observe_data(self, data: bytes) -> dict[str, Any] | None:
+        """Observe one event's data; return it parsed when it is a JSON object."""
+        self.events += 1
+        if data == b"[DONE]":
+            self.done = True
+            return None
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(event, dict):
+            return None
+        self._observe(event)
+        return event
 
     def _observe(self, event: dict[str, Any]) -> None:
         error = event.get("error")
@@ -123,14 +150,33 @@ class StreamObserver:
         choices = event.get("choices")
         if not isinstance(choices, list):
             return
+        if self.identity is None:
+            self.identity = {key: event.get(key) for key in ("id", "created", "model", "object")}
         for choice in choices:
             if not isinstance(choice, dict):
                 continue
-            if self.first_token_at is None and _has_output(choice):
-                self.first_token_at = self._clock()
+            if _has_output(choice):
+                self.output_events += 1
+                if self.first_token_at is None:
+                    self.first_token_at = self._clock()
+                if self.collect:
+                    self._collect(choice)
             reason = choice.get("finish_reason")
             if isinstance(reason, str):
                 self.finish_reasons.append(reason)
+
+    def _collect(self, choice: dict[str, Any]) -> None:
+        if choice.get("index", 0) != 0:
+            self.other_output = True
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            if delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls"):
+                self.other_output = True
+            content = delta.get("content")
+        else:
+            content = choice.get("text")
+        if isinstance(content, str):
+            self.text.append(content)
 
 
 def _has_output(choice: dict[str, Any]) -> bool:

@@ -45,8 +45,12 @@ class UpstreamResponse(Protocol):
 class Upstream(Protocol):
     """Sends requests to endpoints."""
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
-        """POST and wait for the response headers. Raises UpstreamError / UpstreamTimeoutError."""
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], connect_timeout_s: float) -> UpstreamResponse:
+        """POST and wait for the response headers. Raises UpstreamError / UpstreamTimeoutError.
+
+        Only the TCP connect is bounded here (``connect_timeout_s``); the caller bounds the
+        time to the first byte, the silences between chunks and the total.
+        """
 
     async def probe(self, url: str, timeout_s: float) -> int:
         """GET ``url``; its status. Raises UpstreamError / UpstreamTimeoutError."""
@@ -110,9 +114,8 @@ class AiohttpUpstream:
             enable_cleanup_closed=False,
             force_close=settings.keepalive_s == 0,
         )
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=settings.connect_timeout_s, sock_read=settings.read_timeout_s
-        )
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.timeouts.connect_s)
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._session = aiohttp.ClientSession(
             connector=connector,
             timeout=self._timeout,
@@ -120,9 +123,12 @@ class AiohttpUpstream:
             skip_auto_headers=("User-Agent",),
         )
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], connect_timeout_s: float) -> UpstreamResponse:
+        timeout = self._timeouts.get(connect_timeout_s)
+        if timeout is None:
+            timeout = self._timeouts.setdefault(connect_timeout_s, aiohttp.ClientTimeout(sock_connect=connect_timeout_s))
         try:
-            response = await self._session.post(url, data=body, headers=headers)
+            response = await self._session.post(url, data=body, headers=headers, timeout=timeout)
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:
             raise _translate(error, url) from None
         return _AiohttpResponse(response, url)

@@ -1,31 +1,42 @@
 """The streaming relay: an ASGI response that passes an endpoint's SSE bytes through unchanged.
 
-It owns the endpoint's in-flight slot from the moment the proxy hands it over, and gives it back
-exactly once, however the stream ends: finished, broken upstream, or client gone.
+It owns the in-flight slot of the endpoint it reads from, from the moment the proxy hands it
+over, and gives it back exactly once, however the stream ends: finished, broken, or client gone.
 
-Each upstream read is sent to the client as it came (no re-framing, no re-encoding) and fed to a
-:class:`~gateway.protocol.sse.StreamObserver` that only watches (TTFT, usage, finish reasons,
-``[DONE]``, in-band errors). While relaying, a second task waits for the client's
-``http.disconnect``; a disconnect aborts the upstream request (the engine stops generating) and
-ends the request as ``cancelled``, never as an endpoint failure.
+Two relay modes:
+
+* **raw** (the default): each upstream read is sent to the client as it came (no re-framing)
+  and fed to a :class:`~gateway.protocol.sse.StreamObserver` that only watches (TTFT, usage,
+  finish reasons, ``[DONE]``, in-band errors).
+* **by event**, for streams that may be continued elsewhere (see ``gateway/continuation.py``):
+  the bytes of each complete SSE event are sent unchanged as soon as the event is complete, so
+  that an in-band ``{"error": ...}`` event can be held back and the answer finished on another
+  endpoint, with the client seeing one stream.
+
+Every gap between two chunks is bounded by the route's ``idle_s``. While relaying, a second task
+waits for the client's ``http.disconnect``; a disconnect aborts the upstream request (the
+engine stops generating) and ends the request as ``cancelled``, never as an endpoint failure.
 
 How a stream ends, as the client sees it:
-    * upstream finished with ``[DONE]``: relayed; ``success`` (or ``upstream_error`` if an
-      in-band ``{"error": ...}`` event was relayed: a failure whatever the HTTP status said).
-    * upstream broke or ended without ``[DONE]``: kvgate appends one OpenAI-format error event
-      and closes, never a fake ``finish_reason`` or ``[DONE]``; ``upstream_error``.
+    * the endpoint finished with ``[DONE]``: relayed; ``success`` (or ``upstream_error`` if an
+      in-band error event was relayed: a failure whatever the HTTP status said).
+    * the endpoint broke, went silent, or ended without ``[DONE]``: continued on another
+      endpoint when allowed; otherwise kvgate appends one OpenAI-format error event and closes,
+      never a fake ``finish_reason`` or ``[DONE]``; ``upstream_error``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from prometheus_client import Counter, Gauge
 
+from gateway.continuation import ContinuationRewriter
 from gateway.endpoints.model import Endpoint
 from gateway.errors import GatewayError
 from gateway.exchange import CANCELLED, SUCCESS, UPSTREAM_ERROR, Exchange
@@ -35,6 +46,8 @@ from gateway.upstream.client import UpstreamResponse
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+log = logging.getLogger("kvgate.relay")
 
 
 async def wait_for_disconnect(receive: Receive) -> None:
@@ -72,35 +85,52 @@ async def race_disconnect(work: Awaitable[Any], receive: Receive) -> Any:
     return task.result()
 
 
+@dataclass
+class Upstreamed:
+    """An endpoint's open stream: the endpoint (in-flight slot held), its response, first bytes."""
+
+    endpoint: Endpoint
+    response: UpstreamResponse
+    first: bytes
+    first_events: list[tuple[bytes, dict[str, Any] | None]] | None = None  # already observed
+
+
+Resume = Callable[[StreamObserver, set[str]], Awaitable[Upstreamed | None]]
+"""Opens a continuation of the answer so far on an endpoint not in the given set, or None."""
+
+
+class _Broken(Exception):
+    def __init__(self, reason: str, message: str, raw: bytes | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.raw = raw  # the endpoint's own in-band error event, relayed if nothing can continue
+
+
 class StreamRelay:
     """ASGI response relaying an open upstream SSE stream; built by the proxy."""
 
     def __init__(
         self,
         *,
-        first: bytes,
-        response: UpstreamResponse,
+        source: Upstreamed,
         observer: StreamObserver,
-        endpoint: Endpoint,
         exchange: Exchange,
-        in_flight_gauge: Gauge,
-        failures: Counter,
+        on_release: Callable[[Endpoint], None],
+        on_failure: Callable[[Endpoint, str, str], None],
+        idle_s: float,
+        resume: Resume | None = None,
     ) -> None:
-        self._first = first
-        self._response = response
+        self._source: Upstreamed | None = source
         self._observer = observer
-        self._endpoint = endpoint
         self._exchange = exchange
-        self._gauge = in_flight_gauge
-        self._failures = failures
-        self._released = False
+        self._on_release = on_release
+        self._on_failure = on_failure
+        self._idle_s = idle_s
+        self._resume = resume
+        self._tried: set[str] = {source.endpoint.name}
+        self._rewriter: ContinuationRewriter | None = None
         self.headers: list[tuple[bytes, bytes]] = []
-
-    def _release(self) -> None:
-        if not self._released:
-            self._released = True
-            self._endpoint.release()
-            self._gauge.dec()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -115,21 +145,27 @@ class StreamRelay:
                     relay.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await relay
-                    self._cancelled()
-                elif relay.exception() is not None:
-                    self._cancelled()  # sending to the client failed: it is gone
+                elif relay.exception() is not None:  # sending to the client failed: it is gone
+                    log.debug("relay ended by %r", relay.exception())
         finally:
             self.abort()
 
     def abort(self) -> None:
-        """Free everything if the relay never ran or was interrupted (idempotent)."""
-        if not self._released:
-            self._response.close()
-            self._cancelled()
-            self._release()
+        """Free the endpoint if the relay never ran or was interrupted (idempotent): ``cancelled``."""
+        source = self._take()
+        if source is not None:
+            source.response.close()
+            source.endpoint.breaker.release_probe()
+            self._on_release(source.endpoint)
+            self._exchange.finish(CANCELLED)
+
+    def _take(self) -> Upstreamed | None:
+        source, self._source = self._source, None
+        return source
 
     def _start_headers(self) -> list[tuple[bytes, bytes]]:
-        content_type = self._response.headers.get("content-type", "text/event-stream")
+        assert self._source is not None
+        content_type = self._source.response.headers.get("content-type", "text/event-stream")
         return [
             (b"content-type", content_type.encode("latin-1")),
             (b"cache-control", b"no-cache"),
@@ -137,46 +173,106 @@ class StreamRelay:
             *self.headers,
         ]
 
-    def _cancelled(self) -> None:
-        self._response.close()
-        self._exchange.finish(CANCELLED)
-
     async def _relay(self, send: Send) -> None:
+        while True:
+            source = self._source
+            assert source is not None
+            try:
+                await (self._pump_events(send, source) if self._resume else self._pump_raw(send, source))
+            except _Broken as broken:
+                self._fail(source, broken)
+                if await self._continue():
+                    continue
+                closing = broken.raw if broken.raw is not None else self._error_event(broken.message)
+                await send({"type": "http.response.body", "body": closing, "more_body": False})
+                self._exchange.finish(UPSTREAM_ERROR, usage=self._observer.usage)
+                return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            self._finish(source)
+            return
+
+    async def _next(self, source: Upstreamed) -> bytes:
+        try:
+            async with asyncio.timeout(self._idle_s):
+                return await source.response.next_chunk()
+        except TimeoutError:
+            raise _Broken("idle_timeout", f"sent nothing for {self._idle_s:g} s") from None
+        except GatewayError as error:
+            raise _Broken("broken_stream", error.message) from None
+
+    async def _pump_raw(self, send: Send, source: Upstreamed) -> None:
         observer = self._observer
-        chunk = self._first
-        error: GatewayError | None = None
+        chunk = source.first
         while chunk:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            try:
-                chunk = await self._response.next_chunk()
-            except GatewayError as failure:
-                error = GatewayError(f"Upstream endpoint '{self._endpoint.name}' failed mid-stream: {failure.message}.")
-                break
+            chunk = await self._next(source)
             observer.feed(chunk)
-        if error is None and not observer.done and observer.error is None:
-            error = GatewayError(f"Upstream endpoint '{self._endpoint.name}' closed the stream before it ended.")
-        if error is not None:
-            await send({"type": "http.response.body", "body": self._error_event(error), "more_body": False})
-            self._response.close()
-            self._fail("broken_stream", error.message)
-            return
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-        self._response.release()
+        if not observer.done and observer.error is None:
+            raise _Broken("broken_stream", "closed the stream before it ended")
+
+    async def _pump_events(self, send: Send, source: Upstreamed) -> None:
+        observer = self._observer
+        chunk = source.first
+        events = source.first_events if source.first_events is not None else observer.split(chunk)
+        while chunk:
+            out = []
+            for raw, event in events:
+                if event is not None and event.get("error") is not None and observer.output_events:
+                    message = str(event["error"].get("message") if isinstance(event["error"], dict) else event["error"])
+                    raise _Broken("stream_error", f"in-band error: {message}", raw)
+                if self._rewriter is not None and event is not None:
+                    rewritten = self._rewriter.rewrite(event)
+                    if rewritten is not None:
+                        out.append(rewritten)
+                else:
+                    out.append(raw)
+            if out:
+                await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+            chunk = await self._next(source)
+            events = observer.split(chunk)
+        if not observer.done and observer.error is None:
+            raise _Broken("broken_stream", "closed the stream before it ended")
+
+    def _fail(self, source: Upstreamed, broken: _Broken) -> None:
+        self._take()
+        source.response.close()
+        self._on_failure(source.endpoint, broken.reason, broken.message)
+        self._on_release(source.endpoint)
+
+    async def _continue(self) -> bool:
+        if self._resume is None or self._observer.done:
+            return False
+        resumed = await self._resume(self._observer, self._tried)
+        if resumed is None:
+            return False
+        self._tried.add(resumed.endpoint.name)
+        self._observer.reset_framing()  # a partial event of the broken stream was never sent
+        self._source = resumed
+        self._exchange.endpoint = resumed.endpoint.name
+        self._exchange.continuations += 1
+        self._observer.collect = False  # later hops are relayed, not continued again from here
+        self._rewriter = ContinuationRewriter(
+            self._observer.identity, self._observer.output_events, self._exchange.continuations, resumed.endpoint.name
+        )
+        return True
+
+    def _finish(self, source: Upstreamed) -> None:
+        self._take()
+        source.response.release()
+        observer = self._observer
         if observer.error is not None:
-            self._fail("stream_error", str(observer.error.get("message")))
+            self._on_failure(source.endpoint, "stream_error", str(observer.error.get("message")))
+            self._on_release(source.endpoint)
+            self._exchange.finish(UPSTREAM_ERROR, usage=observer.usage)
             return
-        self._endpoint.record_success()
-        self._exchange.decision.observe(self._endpoint, observer.usage)
-        self._release()
+        source.endpoint.record_success()
+        if self._exchange.decision is not None:
+            self._exchange.decision.observe(source.endpoint, observer.usage)
+        self._on_release(source.endpoint)
         self._exchange.finish(SUCCESS, usage=observer.usage, first_token_at=observer.first_token_at)
 
-    def _error_event(self, error: GatewayError) -> bytes:
-        payload = {"error": {"message": error.message, "type": "server_error", "param": None, "code": "upstream_error"}}
+    def _error_event(self, message: str) -> bytes:
+        text = f"Upstream endpoint failed mid-stream: {message}."
+        payload = {"error": {"message": text, "type": "server_error", "param": None, "code": "upstream_error"}}
         separator = b"\n\n" if self._observer.has_partial_event else b""
         return separator + b"data: " + orjson.dumps(payload) + b"\n\n"
-
-    def _fail(self, reason: str, message: str) -> None:
-        self._endpoint.record_failure(f"{reason}: {message}")
-        self._failures.labels(self._endpoint.name, reason).inc()
-        self._release()
-        self._exchange.finish(UPSTREAM_ERROR, usage=self._observer.usage)

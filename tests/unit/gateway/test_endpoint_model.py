@@ -1,5 +1,6 @@
 import pytest
 
+from gateway.endpoints.circuit import BreakerPolicy, CircuitState
 from gateway.endpoints.model import Endpoint, EndpointSpec, Health
 
 
@@ -12,15 +13,24 @@ def test_starts_unknown_and_routable() -> None:
     assert endpoint.health is Health.UNKNOWN and endpoint.routable
 
 
-def test_consecutive_failures_eject_and_a_success_resets() -> None:
-    endpoint = make(unhealthy=2)
+def test_request_failures_open_the_breaker_not_the_health_state() -> None:
+    endpoint = Endpoint(EndpointSpec("e", "c", "http://h/v1", "m"), breaker=BreakerPolicy(consecutive_failures=2), clock=lambda: 0.0)
     endpoint.record_failure("x")
     endpoint.record_success()
     endpoint.record_failure("y")
     assert endpoint.routable
     endpoint.record_failure("z")
-    assert endpoint.health is Health.UNHEALTHY and not endpoint.routable
+    assert endpoint.circuit is CircuitState.OPEN and not endpoint.routable
+    assert endpoint.health is Health.HEALTHY  # the success in between; checks alone eject
     assert endpoint.last_error == "z"
+
+
+def test_failed_checks_eject() -> None:
+    endpoint = make(unhealthy=2)
+    endpoint.record_check(False, "down")
+    assert endpoint.routable
+    endpoint.record_check(False, "down")
+    assert endpoint.health is Health.UNHEALTHY and not endpoint.routable
 
 
 def test_checks_readmit_after_threshold() -> None:

@@ -1,0 +1,100 @@
+"""Failover rules, pure: what may be retried, how long to wait, and which clusters to walk.
+
+kvgate's contract (README, "Failover"):
+
+* **Before any byte reaches the client**, a failed attempt moves on: connection errors,
+  timeouts before the first byte, 5xx, 408, 429 (``Retry-After`` honoured up to
+  ``max_retry_after_s``), an in-band error as the first stream event, an empty or malformed
+  answer. Client errors (other 4xx) are relayed, never retried, never held against the endpoint.
+* **After content was sent**, a plain-text stream may be *continued* on another endpoint of the
+  same model (see ``gateway/continuation.py``); tool calls and strict JSON outputs never are.
+  Otherwise the client gets one OpenAI error event and the stream closes.
+
+``X-Failover-Route`` (consumed, never forwarded): ``true`` skips the primary cluster and uses
+the failover chain; ``false`` disables failover (one attempt, on the primary); a route or
+cluster name forces that route; anything else is a 400.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from gateway.errors import InvalidRequestError
+from gateway.settings import TimeoutSettings
+
+RETRYABLE_STATUSES = frozenset({408, 429})
+
+
+def is_retryable_status(status: int) -> bool:
+    """Whether an endpoint's HTTP status (before any byte was relayed) moves to the next one."""
+    return status >= 500 or status in RETRYABLE_STATUSES
+
+
+def is_client_error(status: int) -> bool:
+    """A 4xx that is the client's fault: relayed as is, never retried or counted."""
+    return 400 <= status < 500 and status not in RETRYABLE_STATUSES
+
+
+def retry_after_s(value: str | None, cap_s: float) -> float:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds form), capped; 0 if absent/bad."""
+    if not value:
+        return 0.0
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return 0.0
+    return max(0.0, min(seconds, cap_s))
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """An ordered plan: ``clusters[0]`` is the primary, the rest the failover chain.
+
+    Attributes:
+        name: the route's name (a ``[routes.NAME]`` entry, or a cluster name for one-cluster routes).
+        clusters: cluster names, tried in order.
+        failover: False when failover is disabled for this request (one attempt only).
+        reason: why this route was chosen (echoed in the ``x-kvgate-route`` header).
+        timeouts: the attempt time limits on this route.
+    """
+
+    name: str
+    clusters: tuple[str, ...]
+    failover: bool = True
+    reason: str = "model"
+    timeouts: TimeoutSettings = TimeoutSettings()
+
+
+def apply_failover_header(header: str | None, route: Route, routes: Mapping[str, Route]) -> Route:
+    """The effective route for a request carrying ``X-Failover-Route: header``.
+
+    Args:
+        header: the raw header value, or None when absent.
+        route: the route the model selected.
+        routes: every named route and every cluster (as a one-cluster route), by name.
+
+    Raises:
+        InvalidRequestError: (400) a value that is none of true/false/a route/a cluster, or
+            ``true`` on a route without a failover chain.
+    """
+    if header is None:
+        return route
+    value = header.strip()
+    lowered = value.lower()
+    if lowered == "false":
+        return replace(route, clusters=route.clusters[:1], failover=False, reason="header:false")
+    if lowered == "true":
+        if len(route.clusters) < 2:
+            raise InvalidRequestError(
+                f"X-Failover-Route: true, but route '{route.name}' has no failover chain.", param="X-Failover-Route"
+            )
+        return replace(route, clusters=route.clusters[1:], reason="header:true")
+    forced = routes.get(value)
+    if forced is not None:
+        return replace(forced, reason="header:route")
+    raise InvalidRequestError(
+        "X-Failover-Route must be 'true', 'false', a route name or a cluster name; "
+        f"got {value[:64]!r}.",
+        param="X-Failover-Route",
+    )
