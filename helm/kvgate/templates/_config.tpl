@@ -18,11 +18,16 @@ log_level = {{ $cfg.server.log_level | toJson }}
 access_log = {{ $cfg.server.access_log }}
 
 [upstream]
-connect_timeout_s = {{ include "kvgate.pyFloat" $cfg.upstream.connect_timeout_s }}
-read_timeout_s = {{ include "kvgate.pyFloat" $cfg.upstream.read_timeout_s }}
 pool_size = {{ int $cfg.upstream.pool_size }}
 keepalive_s = {{ include "kvgate.pyFloat" $cfg.upstream.keepalive_s }}
 max_attempts = {{ int $cfg.upstream.max_attempts }}
+max_retry_after_s = {{ include "kvgate.pyFloat" $cfg.upstream.max_retry_after_s }}
+
+[upstream.timeouts]
+connect_s = {{ include "kvgate.pyFloat" $cfg.upstream.timeouts.connect_s }}
+first_byte_s = {{ include "kvgate.pyFloat" $cfg.upstream.timeouts.first_byte_s }}
+idle_s = {{ include "kvgate.pyFloat" $cfg.upstream.timeouts.idle_s }}
+total_s = {{ include "kvgate.pyFloat" $cfg.upstream.timeouts.total_s }}
 
 [health]
 interval_s = {{ include "kvgate.pyFloat" $cfg.health.interval_s }}
