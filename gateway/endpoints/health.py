@@ -3,6 +3,11 @@
 vLLM answers ``GET /health`` with 200 and an empty body while its engine is alive. A check
 passes on any 2xx within ``health.timeout_s``; thresholds (``health.unhealthy_threshold``,
 ``health.healthy_threshold``) are applied by :class:`~gateway.endpoints.model.Endpoint`.
+
+With ``health.probe = "generation"`` a passing health URL is followed by a real generation: a
+text completion of one token (``max_tokens: 1``, greedy) on the endpoint's served model. It uses
+``/completions`` rather than chat so that no chat template or reasoning parser is involved; a
+reasoning model answers it like any other. Its answer must be 200 with a ``choices`` array.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+
+import orjson
 
 from gateway.endpoints.model import Endpoint, Health
 from gateway.endpoints.registry import EndpointRegistry
@@ -45,12 +52,32 @@ class HealthChecker:
         try:
             status = await self._upstream.probe(url, self._settings.timeout_s)
             ok, reason = 200 <= status < 300, f"health check HTTP {status}"
+            if ok and self._settings.probe == "generation":
+                ok, reason = await self._generate(endpoint)
         except GatewayError as error:
             ok, reason = False, error.message
         endpoint.record_check(ok, None if ok else reason)
         self._metrics.healthy.labels(endpoint.name).set(1 if endpoint.health is Health.HEALTHY else 0)
         if endpoint.health is not before:
             log.info("endpoint %s: %s -> %s (%s)", endpoint.name, before.value, endpoint.health.value, reason if not ok else "ok")
+
+    async def _generate(self, endpoint: Endpoint) -> tuple[bool, str]:
+        body = orjson.dumps({"model": endpoint.spec.served_model, "prompt": "Hello", "max_tokens": 1, "temperature": 0})
+        headers = {"Content-Type": "application/json"}
+        if endpoint.spec.api_key:
+            headers["Authorization"] = f"Bearer {endpoint.spec.api_key}"
+        response = None
+        try:
+            async with asyncio.timeout(self._settings.timeout_s):
+                response = await self._upstream.post(endpoint.spec.base_url + "/completions", body, headers, self._settings.timeout_s)
+                raw = await response.read()
+        except TimeoutError:
+            if response is not None:
+                response.close()
+            return False, f"generation probe: no answer in {self._settings.timeout_s:g} s"
+        if response.status != 200 or b'"choices"' not in raw:
+            return False, f"generation probe: HTTP {response.status}"
+        return True, "ok"
 
     async def check_all(self) -> None:
         await asyncio.gather(*(self.check(endpoint) for endpoint in self._registry))

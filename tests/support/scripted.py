@@ -24,6 +24,7 @@ Every request is recorded as ``(headers: dict, body: dict)`` in ``requests``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 import threading
@@ -101,7 +102,16 @@ class ScriptedUpstream:
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         loop.run_forever()
+        loop.run_until_complete(self._shutdown())
         loop.close()
+
+    async def _shutdown(self) -> None:
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        assert self._server is not None
+        await self._server.wait_closed()
 
     def _next_script(self) -> list[tuple[Any, ...]]:
         return self.scripts.popleft() if len(self.scripts) > 1 else self.scripts[0]
@@ -120,11 +130,13 @@ class ScriptedUpstream:
                 self.requests.append((headers, body))
                 if not await self._run(self._next_script(), body, writer):
                     return
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             return
         finally:
             if not writer.is_closing():
                 writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
 
     async def _run(self, steps: list[tuple[Any, ...]], body: dict[str, Any], writer: asyncio.StreamWriter) -> bool:
         """Play ``steps``; False when the connection was closed or reset."""
