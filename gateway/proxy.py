@@ -236,6 +236,10 @@ class Proxy:
             if response is not None:
                 response.close()
             raise _Retry(UpstreamTimeoutError(f"Upstream endpoint '{endpoint.name}' timed out."), "timeout") from None
+        except BaseException:
+            if response is not None:
+                response.close()
+            raise
         if not raw.strip():
             raise _Retry(UpstreamError(f"Upstream endpoint '{endpoint.name}' sent an empty answer."), "empty_body")
         return BufferedReply(response.status, raw, response.headers.get("content-type", "application/json"))
@@ -271,6 +275,10 @@ class Proxy:
             raise _Retry(_named(endpoint, error), "timeout") from None
         except UpstreamError as error:
             raise _Retry(_named(endpoint, error), "broken_body") from None
+        except BaseException:  # cancelled (the client left): abort, so the engine stops generating
+            if response is not None:
+                response.close()
+            raise
         if not first:
             response.release()
             raise _Retry(UpstreamError(f"Upstream endpoint '{endpoint.name}' sent an empty stream."), "empty_body")

@@ -14,6 +14,7 @@ timeouts -> :class:`~gateway.errors.UpstreamTimeoutError` (504).
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -63,7 +64,9 @@ def _translate(error: BaseException, url: str) -> Exception:
     if isinstance(error, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
         return UpstreamTimeoutError("timed out")
     if isinstance(error, aiohttp.ClientConnectorError):
-        return UpstreamError(f"connection failed ({error.os_error.strerror or type(error.os_error).__name__})")
+        errno = error.os_error.errno
+        detail = os.strerror(errno) if errno else type(error.os_error).__name__  # never the address
+        return UpstreamError(f"connection failed ({detail})")
     if isinstance(error, aiohttp.ClientPayloadError):
         return UpstreamError("connection closed before the response body was complete")
     if isinstance(error, aiohttp.ServerDisconnectedError):
@@ -72,13 +75,14 @@ def _translate(error: BaseException, url: str) -> Exception:
 
 
 class _AiohttpResponse:
-    __slots__ = ("_response", "status", "headers", "_url")
+    __slots__ = ("_response", "status", "headers", "_url", "_broken")
 
     def __init__(self, response: aiohttp.ClientResponse, url: str) -> None:
         self._response = response
         self.status = response.status
         self.headers = response.headers
         self._url = url
+        self._broken: Exception | None = None
 
     async def read(self) -> bytes:
         try:
@@ -90,11 +94,20 @@ class _AiohttpResponse:
         return body
 
     async def next_chunk(self) -> bytes:
+        if self._broken is not None:
+            raise self._broken
+        content = self._response.content
         try:
-            return await self._response.content.readany()
+            return await content.readany()
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            # aiohttp raises a stored error before returning bytes it already buffered: hand those
+            # out first (private API, guarded), then the error on the next call.
+            rest = content._read_nowait(-1) if hasattr(content, "_read_nowait") else b""
             self._response.close()
-            raise _translate(error, self._url) from None
+            self._broken = _translate(error, self._url)
+            if rest:
+                return rest
+            raise self._broken from None
 
     def close(self) -> None:
         self._response.close()

@@ -219,6 +219,8 @@ class StreamRelay:
             for raw, event in events:
                 if event is not None and event.get("error") is not None and observer.output_events:
                     message = str(event["error"].get("message") if isinstance(event["error"], dict) else event["error"])
+                    if out:  # content that came in the same read as the error is the client's
+                        await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
                     raise _Broken("stream_error", f"in-band error: {message}", raw)
                 if self._rewriter is not None and event is not None:
                     rewritten = self._rewriter.rewrite(event)

@@ -17,7 +17,8 @@ Scripts:
                    NNN`` (429 adds ``Retry-After: 7``). ``status:NNN:text`` sends that message as
                    plain text, ``status:NNN:flat`` as ``{"object": "error", "message": ...}`` (the
                    error shape of older vLLM and SGLang servers).
-    inband_error   stream: one content chunk, then ``data: {"error": ...}``, ``[DONE]``, status 200.
+    inband_error   stream: a role chunk, then one write holding a content chunk, ``data: {"error":
+                   ...}`` and ``[DONE]``; status 200.
     first_error    stream: ``data: {"error": ...}`` as the very first event, status 200.
     truncate       stream: two content chunks, then the connection closes without ``[DONE]``.
     hang           wait forever before the response headers.
@@ -180,11 +181,11 @@ class FakeUpstream:
         if not text:
             await response.write(_chat_chunk(model, {"role": "assistant", "content": ""}))
         for word in (*WORDS, " " + self.name):
-            await response.write(_text_chunk(model, word) if text else _chat_chunk(model, {"content": word}))
-            if script == "inband_error":
-                await response.write(INBAND_ERROR)
-                await response.write(b"data: [DONE]\n\n")
+            content = _text_chunk(model, word) if text else _chat_chunk(model, {"content": word})
+            if script == "inband_error":  # in one write, as an engine flushes its last events
+                await response.write(content + INBAND_ERROR + b"data: [DONE]\n\n")
                 return response
+            await response.write(content)
             if script == "truncate" and word == WORDS[-1]:
                 assert request.transport is not None
                 request.transport.close()
