@@ -1,0 +1,1 @@
+"""Contract tests: each protocol against each implementation (simulator vs real vLLM)."""

@@ -1,0 +1,81 @@
+"""The simulator against the recorded real vLLM-CPU worker: same shapes, metrics, cached tokens.
+
+The simulator runs the ``vllm-cpu`` preset (128-token blocks, 2,048-token context, SmolLM2's
+chat template) with zero latency and a virtual clock; the real side is the recording in
+``data/vllm_cpu_recorded.json``. ``tests/e2e/test_sim_contract.py`` repeats the comparison
+against a live worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from backends.sim.clock import ManualClock
+from backends.sim.latency import LatencyModel
+from backends.sim.presets import get_preset
+from backends.sim.server import serve
+from backends.sim.worker import SimConfig, SimWorker
+from tests.contract import checks
+from tests.contract.vllm_surface import Recorded, load_recorded, record
+
+MODEL = "smollm2"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def sim_recorded() -> AsyncIterator[dict[str, Recorded]]:
+    preset = get_preset("vllm-cpu").with_overrides(latency=LatencyModel(0.0, 0.0, 0.0))
+    worker = SimWorker(SimConfig(model=MODEL, preset=preset), ManualClock())
+    runners = await serve([worker], "127.0.0.1", 0)
+    port = runners[0].addresses[0][1]
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            yield await record(client, MODEL)
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+
+
+@pytest.fixture(scope="module")
+def real() -> dict[str, Recorded]:
+    return load_recorded()
+
+
+@pytest.mark.parametrize("name", checks.SAME_SHAPE)
+def test_same_status_and_shape(name: str, sim_recorded: dict[str, Recorded],
+                               real: dict[str, Recorded]) -> None:
+    checks.same_status_and_shape(real[name], sim_recorded[name])
+
+
+@pytest.mark.parametrize("name", checks.STREAMS)
+def test_same_stream_shapes(name: str, sim_recorded: dict[str, Recorded],
+                            real: dict[str, Recorded]) -> None:
+    checks.same_stream(real[name], sim_recorded[name])
+
+
+@pytest.mark.parametrize("name", checks.ERRORS)
+def test_same_errors(name: str, sim_recorded: dict[str, Recorded], real: dict[str, Recorded]) -> None:
+    checks.same_error(real[name], sim_recorded[name])
+
+
+@pytest.mark.parametrize("name", checks.TOKENIZE)
+def test_similar_token_counts(name: str, sim_recorded: dict[str, Recorded],
+                              real: dict[str, Recorded]) -> None:
+    checks.similar_count(real[name], sim_recorded[name])
+
+
+def test_cached_tokens_behave_alike(sim_recorded: dict[str, Recorded],
+                                    real: dict[str, Recorded]) -> None:
+    for side in (real, sim_recorded):
+        checks.cached_tokens_behaviour(side, block_size=128)
+
+
+def test_metric_names_and_labels(sim_recorded: dict[str, Recorded], real: dict[str, Recorded]) -> None:
+    checks.same_metrics(real["metrics"].text, sim_recorded["metrics"].text)
+
+
+def test_health_is_200_with_an_empty_body(sim_recorded: dict[str, Recorded]) -> None:
+    assert (sim_recorded["health"].status, sim_recorded["health"].text) == (200, "")
