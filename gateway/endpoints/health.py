@@ -8,6 +8,10 @@ With ``health.probe = "generation"`` a passing health URL is followed by a real 
 text completion of one token (``max_tokens: 1``, greedy) on the endpoint's served model. It uses
 ``/completions`` rather than chat so that no chat template or reasoning parser is involved; a
 reasoning model answers it like any other. Its answer must be 200 with a ``choices`` array.
+
+Each check also judges progress from the latest scraped engine metrics (``endpoints/stall.py``):
+an endpoint whose requests run but whose generated-token counter has not moved for
+``health.stall_s`` seconds is marked stalled and takes no new requests until it moves again.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import orjson
 
 from gateway.endpoints.model import Endpoint, Health
 from gateway.endpoints.registry import EndpointRegistry
+from gateway.endpoints.stall import StallDetector
+from gateway.endpoints.stats import StatsBoard
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
 from gateway.settings import HealthSettings
@@ -38,7 +44,10 @@ class HealthChecker:
         settings: HealthSettings,
         metrics: GatewayMetrics,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        board: StatsBoard | None = None,
     ) -> None:
+        self._board = board
+        self._stalls = StallDetector(settings.stall_s)
         self._registry = registry
         self._upstream = upstream
         self._settings = settings
@@ -57,9 +66,22 @@ class HealthChecker:
         except GatewayError as error:
             ok, reason = False, error.message
         endpoint.record_check(ok, None if ok else reason)
+        self._judge_progress(endpoint)
         self._metrics.healthy.labels(endpoint.name).set(1 if endpoint.health is Health.HEALTHY else 0)
         if endpoint.health is not before:
             log.info("endpoint %s: %s -> %s (%s)", endpoint.name, before.value, endpoint.health.value, reason if not ok else "ok")
+
+    def _judge_progress(self, endpoint: Endpoint) -> None:
+        """Mark the endpoint stalled while its scraped metrics show running requests but no new tokens."""
+        scrape = self._board.get(endpoint.name) if self._board is not None else None
+        if scrape is None:
+            return
+        stalled = self._stalls.observe(endpoint.name, scrape.stats, scrape.at)
+        if stalled != endpoint.stalled:
+            endpoint.stalled = stalled
+            log.warning("endpoint %s %s", endpoint.name, "stalled: running requests, no new tokens" if stalled else "makes progress again")
+            if stalled:
+                endpoint.last_error = f"stalled: no tokens generated for {self._settings.stall_s:g} s"
 
     async def _generate(self, endpoint: Endpoint) -> tuple[bool, str]:
         body = orjson.dumps({"model": endpoint.spec.served_model, "prompt": "Hello", "max_tokens": 1, "temperature": 0})

@@ -64,7 +64,7 @@ class Endpoint:
     """Live state of one endpoint. Not thread-safe; used from the event loop only."""
 
     __slots__ = (
-        "spec", "in_flight", "health", "draining", "breaker", "source", "last_error",
+        "spec", "in_flight", "health", "draining", "stalled", "breaker", "source", "last_error",
         "_check_failures", "_check_successes", "_unhealthy_after", "_healthy_after",
     )
 
@@ -82,6 +82,7 @@ class Endpoint:
         self.in_flight = 0
         self.health = Health.UNKNOWN
         self.draining = False  # no new requests; in-flight ones finish
+        self.stalled = False  # answers /health but generates nothing (endpoints/stall.py)
         self.breaker = CircuitBreaker(breaker, clock)
         self.source = source  # config | admin | managed
         self.last_error: str | None = None
@@ -96,8 +97,10 @@ class Endpoint:
 
     @property
     def routable(self) -> bool:
-        """May take new requests: not ejected by checks, not draining, breaker not open."""
-        return self.health is not Health.UNHEALTHY and not self.draining and self.breaker.available()
+        """May take new requests: not ejected by checks, not stalled, not draining, breaker not open."""
+        return (
+            self.health is not Health.UNHEALTHY and not self.stalled and not self.draining and self.breaker.available()
+        )
 
     @property
     def circuit(self) -> CircuitState:

@@ -104,8 +104,11 @@ class StreamObserver:
         self.events = 0
 
     def reset_framing(self) -> None:
-        """Forget a partial event (the stream it came from was abandoned)."""
+        """A new stream continues the answer: forget the abandoned one's partial event, its
+        in-band error and its ``[DONE]`` (which may have arrived in the same read as the error)."""
         self._decoder = SSEDecoder()
+        self.error = None
+        self.done = False
 
     @property
     def has_partial_event(self) -> bool:

@@ -242,7 +242,7 @@ class StreamRelay:
         self._on_release(source.endpoint)
 
     async def _continue(self) -> bool:
-        if self._resume is None or self._observer.done:
+        if self._resume is None:
             return False
         resumed = await self._resume(self._observer, self._tried)
         if resumed is None:

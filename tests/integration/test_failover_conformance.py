@@ -176,6 +176,7 @@ def test_every_failure_is_an_openai_error_never_an_empty_200(gw: str, upstreams:
         ([("reset",)], "TCP reset mid-stream"),
         ([("close",)], "clean close without [DONE]"),
         ([("chunk", ERROR_EVENT), ("chunk", b"data: [DONE]\n\n"), ("end",)], "engine died: in-band error, HTTP 200"),
+        ([("chunk", ERROR_EVENT + b"data: [DONE]\n\n"), ("end",)], "in-band error and [DONE] in one read"),
         ([("sleep", 1.5)], "silence longer than idle_s"),
     ],
 )
