@@ -1,0 +1,118 @@
+"""Prefix-aware routing on two real vLLM-CPU workers: kvgate's policies, SGLang's router, the oracle.
+
+For each policy, from a cold start (vLLM's prefix-cache reset endpoint is dev-mode only, so the
+workers are **restarted** between runs): start two local workers (``LocalWorkerPool``: SmolLM2,
+FP8 KV, prefix caching, eager), start the router (kvgate with ``[routing] policy = ...``, or
+``sglang-router --policy cache_aware`` from ``--peers-venv``), replay the trace open-loop, then
+read each worker's own ``vllm:prefix_cache_hits_total`` / ``queries_total`` and finished requests.
+The oracle row replays the same trace offline with the ``vllm-cpu`` simulator preset (128-token
+blocks, 93,184-token pool, SmolLM2's chat template with the simulator's tokenizer, about 4% off
+the real token counts). Not run in CI: it takes several minutes and both cores.
+
+    .venv/bin/python -m bench.routing_real [--policies round-robin,least-in-flight,prefix-aware,sglang]
+
+``prompt tokens computed`` is ``queries - hits`` summed over the workers: the prefill work done.
+Check ``pgrep -af vllm.entrypoints`` first: nobody else may be running real workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from backends.local import LocalWorkerPool
+from backends.runtime import prepare_runtime
+from backends.sim.presets import get_preset
+from bench import procs
+from bench.oracle import oracle
+from bench.replay import replay
+from bench.report import PolicyRow, WorkerStats, format_table, parse_worker_metrics, policy_row
+from bench.routing_compare import PEERS_VENV
+from bench.workload import PROFILES, generate
+
+MODEL = "smollm2"
+
+
+async def _scrape(origins: list[str]) -> list[WorkerStats]:
+    async with aiohttp.ClientSession() as session:
+        out = []
+        for origin in origins:
+            async with session.get(f"{origin}/metrics") as reply:
+                out.append(parse_worker_metrics(await reply.text()))
+        return out
+
+
+def _router(policy: str, port: int, origins: list[str], out: Path, peers: Path) -> procs.Child:
+    if policy == "sglang":
+        prom = procs.free_port_block(1, start=32000)
+        argv = [str(peers / "bin" / "python"), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
+                "--port", str(port), "--policy", "cache_aware", "--prometheus-host", "127.0.0.1",
+                "--prometheus-port", str(prom), "--worker-urls", *origins]
+        return procs.start(f"router-{policy}", argv, out)
+    config = out / f"kvgate-{policy}.toml"
+    config.write_text(procs.kvgate_config(port, policy, MODEL, origins))
+    return procs.start(f"kvgate-{policy}", procs.kvgate_command(config), out)
+
+
+async def run_policy(policy: str, trace: list, args: argparse.Namespace, runtime: object) -> PolicyRow:
+    async with LocalWorkerPool(runtime, 2, log=lambda line: None) as pool:  # type: ignore[arg-type]
+        origins = [w.origin for w in pool.workers]
+        port = procs.free_port_block(1, start=33000)
+        router = _router(policy, port, origins, args.out, args.peers_venv)
+        try:
+            if policy == "sglang":
+                await procs.wait_ready(f"http://127.0.0.1:{port}/v1/models", router)
+            else:
+                await procs.wait_gateway_endpoints(f"http://127.0.0.1:{port}", router, 2)
+            result = await replay(f"http://127.0.0.1:{port}/v1", MODEL, trace, timeout_s=600)
+        finally:
+            router.stop()
+        stats = await _scrape(origins)
+    row = policy_row(policy, result, stats)
+    computed = int(sum(w.queries - w.hits for w in stats))
+    print(f"{policy}: prompt tokens computed {computed}, per worker {row.per_worker}", file=sys.stderr, flush=True)
+    return dataclasses.replace(row, policy=f"{policy} (computed {computed})")
+
+
+async def _main(args: argparse.Namespace) -> list[PolicyRow]:
+    spec = dataclasses.replace(PROFILES[args.profile], seed=args.seed)
+    if args.requests:
+        spec = dataclasses.replace(spec, requests=args.requests)
+    trace = list(generate(spec).requests)
+    runtime = await asyncio.to_thread(prepare_runtime, log=lambda line: None)
+    rows = []
+    for policy in args.policies.split(","):
+        print(f"-- {policy}", file=sys.stderr, flush=True)
+        rows.append(await run_policy(policy, trace, args, runtime))
+    result = oracle(trace, 2, get_preset("vllm-cpu"), args.oracle_load_bound)
+    rows.append(PolicyRow(f"oracle (load<={args.oracle_load_bound:g}, sim tokenizer)", round(result.hit_rate, 4),
+                          None, None, None, None, None, None, round(result.imbalance, 3), len(trace), 0,
+                          result.per_worker))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.routing_real", description=__doc__.split("\n")[0])
+    parser.add_argument("--policies", default="round-robin,least-in-flight,prefix-aware,sglang")
+    parser.add_argument("--profile", default="calibration", choices=sorted(PROFILES))
+    parser.add_argument("--requests", type=int)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--oracle-load-bound", type=float, default=1.1)
+    parser.add_argument("--peers-venv", type=Path, default=PEERS_VENV)
+    parser.add_argument("--out", type=Path, default=Path("bench/out/real"))
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = asyncio.run(_main(args))
+    (args.out / "results.jsonl").write_text("\n".join(json.dumps(dataclasses.asdict(r)) for r in rows) + "\n")
+    print(format_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""The prefix index: per endpoint, a bounded LRU of the block hashes it probably holds in KV cache.
+
+Model: each endpoint's prefix cache is an LRU of KV blocks (vLLM evicts the least recently used
+free block first, a sequence's tail before its head). The index mirrors that with an
+:class:`BlockLRU` per endpoint, of ``capacity`` entries:
+
+- **insert** (a request was sent there): its block hashes are touched tail first, so the head of
+  every prompt is the most recent and is evicted last. Together with chained hashes this keeps
+  the index **prefix-closed**: if block ``i`` of a chain is present, blocks ``0..i-1`` are too
+  (every prompt holding ``i`` also holds ``0..i-1`` and touched them later). So
+- **match** (how many leading blocks of a prompt are cached) is a binary search: about
+  ``log2(blocks)`` dictionary look-ups per endpoint instead of a walk.
+- **capacity** follows the endpoint's KV capacity (``routing/feedback.py`` converts tokens to
+  blocks); :meth:`BlockLRU.resize` evicts down to a smaller one; :meth:`BlockLRU.clear` empties
+  it when the endpoint restarts. Memory is bounded by the sum of capacities whatever the number
+  of distinct prompts.
+- **trim** drops a prompt's blocks from a given position on (the closed loop's correction when the
+  endpoint reports fewer cached tokens than predicted); removing a tail keeps the closure.
+
+Affinity keys (``prompt_cache_key``/``user``) live in the same LRU as single entries.
+Not thread-safe; used from the event loop only.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+DEFAULT_CAPACITY = 16_384
+
+
+class BlockLRU:
+    """A bounded LRU set of block hashes (most recent last)."""
+
+    __slots__ = ("capacity", "_entries")
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.capacity = capacity
+        self._entries: OrderedDict[int, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, block: int) -> bool:
+        return block in self._entries
+
+    def match(self, hashes: Sequence[int]) -> int:
+        """Number of leading ``hashes`` present (binary search over the prefix-closed set)."""
+        entries = self._entries
+        if not hashes or hashes[0] not in entries:
+            return 0
+        if hashes[-1] in entries:
+            return len(hashes)
+        low, high = 1, len(hashes) - 1  # hashes[low - 1] present, hashes[high] absent
+        while low < high:
+            middle = (low + high) // 2
+            if hashes[middle] in entries:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    def insert(self, hashes: Sequence[int], extra: Iterable[int] = ()) -> None:
+        """Touch ``hashes`` tail first (head most recent), then ``extra``; evict over capacity."""
+        entries = self._entries
+        move = entries.move_to_end
+        for block in reversed(hashes):
+            if block in entries:
+                move(block)
+            else:
+                entries[block] = None
+        for block in extra:
+            if block in entries:
+                move(block)
+            else:
+                entries[block] = None
+        self._evict()
+
+    def trim(self, hashes: Sequence[int], keep: int) -> int:
+        """Remove ``hashes[keep:]``; returns how many were present."""
+        removed = 0
+        for block in hashes[max(keep, 0) :]:
+            if self._entries.pop(block, 0) is None:
+                removed += 1
+        return removed
+
+    def resize(self, capacity: int) -> None:
+        """Set a new capacity, evicting the least recent entries over it."""
+        self.capacity = max(1, int(capacity))
+        self._evict()
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def _evict(self) -> None:
+        entries = self._entries
+        overflow = len(entries) - self.capacity
+        for _ in range(overflow if overflow > 0 else 0):
+            entries.popitem(last=False)
+
+
+class PrefixIndex:
+    """One :class:`BlockLRU` per endpoint name, created on first use at the default capacity."""
+
+    __slots__ = ("_default", "_lrus")
+
+    def __init__(self, default_capacity: int = DEFAULT_CAPACITY) -> None:
+        self._default = default_capacity
+        self._lrus: dict[str, BlockLRU] = {}
+
+    def lru(self, endpoint: str) -> BlockLRU:
+        lru = self._lrus.get(endpoint)
+        if lru is None:
+            lru = self._lrus[endpoint] = BlockLRU(self._default)
+        return lru
+
+    def peek(self, endpoint: str) -> BlockLRU | None:
+        """The endpoint's LRU if it has one (never creates)."""
+        return self._lrus.get(endpoint)
+
+    def names(self) -> list[str]:
+        return list(self._lrus)
+
+    def drop(self, endpoint: str) -> None:
+        """Forget an endpoint entirely (removed from the registry)."""
+        self._lrus.pop(endpoint, None)

@@ -1,0 +1,170 @@
+"""The closed loop: predicted vs reported cached prefix, index capacity, and per-endpoint signals.
+
+No peer router checks its cache model against the engine. This module does, per endpoint:
+
+- **Prediction.** ``predict`` turns the index's matched blocks into tokens:
+  ``matched * block_bytes / bytes_per_token``, rounded down to whole engine blocks (vLLM counts
+  hits in whole blocks: 128 tokens on vLLM-CPU, 16 on GPUs) and capped at the prompt's last
+  whole block before its final token (the last token is always recomputed).
+- **Correction from usage.** When the answer reports ``prompt_tokens_details.cached_tokens``:
+  ``bytes_per_token`` is re-estimated (EWMA, alpha 0.2, from the canonical prompt length over
+  ``prompt_tokens``); a prediction more than one engine block **over** the report means the
+  engine evicted what the index still holds: the index's capacity scale shrinks by 10%
+  (floor ``index.min_scale``), evicting its least recent entries, which is what the engine's LRU
+  evicted; more than one block **under** means the index forgot blocks the engine kept: the
+  scale grows by 5% (cap ``index.max_scale``). The outcome is counted
+  (``kvgate_prefix_predictions_total``) and the accuracy ``1 - |pred - reported| / prompt``
+  kept as an EWMA (``kvgate_prefix_prediction_accuracy{source="usage"}``).
+- **Correction from counters.** Engines that do not report ``cached_tokens`` still export
+  ``vllm:prefix_cache_hits_total``: each scrape compares its increase with the tokens predicted
+  for requests committed since the previous scrape (``source="counters"``).
+- **Capacity.** ``capacity_blocks = kv_capacity_tokens * bytes_per_token / block_bytes * scale``
+  from ``vllm:cache_config_info`` (FP8 doubles it), ``index.default_capacity_tokens`` until
+  reported, at most ``index.max_blocks_per_endpoint``; re-applied to the store when it moves by
+  more than 5%. A restart resets the endpoint's loop and clears its index.
+- **Other signals.** Latency EWMA (seconds per output token) for the ``latency`` scorer, and the
+  decayed recent-assignment counts of ``bounded-share``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.endpoints.stats import Scrape
+from gateway.prefix.hashing import PrefixKey
+from gateway.routing.config import IndexSettings
+from gateway.routing.metrics import RoutingMetrics
+from gateway.state.base import StateStore
+
+ALPHA = 0.2
+SHRINK = 0.9
+GROW = 1.05
+
+
+def _ewma(old: float | None, new: float) -> float:
+    return new if old is None else old + ALPHA * (new - old)
+
+
+class PrefixFeedback:
+    """Per-endpoint closed-loop state (see the module docstring). Event-loop only."""
+
+    def __init__(self, settings: IndexSettings, store: StateStore, metrics: RoutingMetrics, share_half_life: float) -> None:
+        self._settings = settings
+        self._store = store
+        self._metrics = metrics
+        self._decay = 0.5 ** (1.0 / share_half_life)
+        self._bytes_per_token: dict[str, float] = {}
+        self._scale: dict[str, float] = {}
+        self._capacity_tokens: dict[str, int] = {}
+        self._block_tokens: dict[str, int] = {}
+        self._applied: dict[str, int] = {}
+        self._accuracy: dict[tuple[str, str], float] = {}
+        self._window: dict[str, float] = {}
+        self._counters: dict[str, tuple[float, float]] = {}
+        self.latency: dict[str, float] = {}
+        self.recent: dict[str, float] = {}
+
+    # -- prediction ------------------------------------------------------------------------------
+    def bytes_per_token(self, name: str) -> float:
+        return self._bytes_per_token.get(name, self._settings.bytes_per_token)
+
+    def block_tokens(self, name: str) -> int:
+        return self._block_tokens.get(name, self._settings.default_block_tokens)
+
+    def predict(self, name: str, matched: int, key: PrefixKey) -> int:
+        """Cached tokens the endpoint should report for this prompt, given ``matched`` blocks."""
+        if matched <= 0:
+            return 0
+        bpt = self.bytes_per_token(name)
+        block = self.block_tokens(name)
+        tokens = matched * key.block_bytes / bpt
+        prompt_tokens = key.length / bpt
+        limit = max(math.ceil(prompt_tokens) - 1, 0) // block * block
+        return min(int(tokens) // block * block, limit)
+
+    # -- request outcomes ------------------------------------------------------------------------
+    def committed(self, name: str, predicted: int) -> None:
+        """This replica sent a request to ``name`` with ``predicted`` cached tokens."""
+        decay = self._decay
+        recent = self.recent
+        for other in recent:
+            recent[other] *= decay
+        recent[name] = recent.get(name, 0.0) + 1.0
+        self._window[name] = self._window.get(name, 0.0) + predicted
+        if name not in self._applied:
+            self.apply_capacity(name)
+
+    def observe(self, name: str, key: PrefixKey, predicted: int, usage: Any, elapsed_s: float) -> str | None:
+        """Learn from a finished request; returns the prediction outcome (exact/over/under) or None."""
+        if not isinstance(usage, Mapping):
+            return None
+        prompt = usage.get("prompt_tokens")
+        completion = usage.get("completion_tokens")
+        if isinstance(completion, int) and completion >= 0:
+            self.latency[name] = _ewma(self.latency.get(name), elapsed_s / (completion + 1))
+        if not isinstance(prompt, int) or prompt <= 0:
+            return None
+        if key.length > 0:
+            self._bytes_per_token[name] = _ewma(self._bytes_per_token.get(name), key.length / prompt)
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+        if not isinstance(cached, int):
+            return None
+        tolerance = self.block_tokens(name)
+        error = predicted - cached
+        outcome = "exact" if abs(error) <= tolerance else ("over" if error > 0 else "under")
+        if outcome != "exact":
+            factor = SHRINK if outcome == "over" else GROW
+            scale = self._scale.get(name, 1.0) * factor
+            self._scale[name] = min(max(scale, self._settings.min_scale), self._settings.max_scale)
+        self._metrics.predictions.labels(name, outcome).inc()
+        self._record_accuracy(name, "usage", 1.0 - min(abs(error) / prompt, 1.0))
+        self.apply_capacity(name)
+        return outcome
+
+    def _record_accuracy(self, name: str, source: str, value: float) -> None:
+        accuracy = self._accuracy[(name, source)] = _ewma(self._accuracy.get((name, source)), value)
+        self._metrics.accuracy.labels(name, source).set(accuracy)
+
+    def accuracy(self, name: str, source: str = "usage") -> float | None:
+        return self._accuracy.get((name, source))
+
+    # -- engine stats ----------------------------------------------------------------------------
+    def on_stats(self, name: str, scrape: Scrape) -> None:
+        """A new scrape: capacity and block size, and the counters' view of prediction accuracy."""
+        stats = scrape.stats
+        if stats.block_size:
+            self._block_tokens[name] = stats.block_size
+        if stats.capacity_tokens:
+            self._capacity_tokens[name] = stats.capacity_tokens
+        if stats.prefix_hits is not None and stats.prefix_queries is not None:
+            previous = self._counters.get(name)
+            self._counters[name] = (stats.prefix_hits, stats.prefix_queries)
+            predicted = self._window.pop(name, 0.0)
+            if previous is not None and stats.prefix_queries > previous[1]:
+                hits = stats.prefix_hits - previous[0]
+                queries = stats.prefix_queries - previous[1]
+                self._record_accuracy(name, "counters", 1.0 - min(abs(predicted - hits) / queries, 1.0))
+        self.apply_capacity(name)
+
+    def on_restart(self, name: str) -> None:
+        """The engine restarted: its cache is empty and its loop starts over."""
+        for table in (self._scale, self._window, self._counters, self._applied):
+            table.pop(name, None)
+        self._store.clear(name)
+
+    def capacity_blocks(self, name: str) -> int:
+        tokens = self._capacity_tokens.get(name, self._settings.default_capacity_tokens)
+        blocks = tokens * self.bytes_per_token(name) / self._settings.block_bytes * self._scale.get(name, 1.0)
+        return max(1, min(int(blocks), self._settings.max_blocks_per_endpoint))
+
+    def apply_capacity(self, name: str) -> None:
+        """Push the capacity to the store when it moved by more than 5% (or was never pushed)."""
+        blocks = self.capacity_blocks(name)
+        applied = self._applied.get(name)
+        if applied is None or abs(blocks - applied) > 0.05 * applied:
+            self._applied[name] = blocks
+            self._store.set_capacity(name, blocks)
+            self._metrics.capacity.labels(name).set(blocks)

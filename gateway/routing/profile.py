@@ -1,0 +1,259 @@
+"""The profile scheduler: producers -> candidates -> filters -> weighted scorers -> picker.
+
+A profile (``[routing.profiles.NAME]``) names its plugins from ``routing/registry.py``. For one
+request, :meth:`ProfileScheduler.schedule`:
+
+1. splits the cluster's endpoints into routable ones (scored) and ejected ones (appended last,
+   unscored, so a cluster whose endpoints all failed checks is still tried); draining ones drop;
+2. hashes the prompt (``gateway/prefix/hashing.py``) for the cluster's served model;
+3. runs the producers under the deadline (``routing/producers.py``); a missing hint just leaves
+   its fields at their defaults;
+4. builds one :class:`~gateway.routing.types.Candidate` per routable endpoint: index match and
+   affinity, cluster-wide in-flight (this replica live + other replicas from the store), engine
+   stats unless stale, latency EWMA and recent assignments from the closed loop;
+5. scores **every** candidate with every weighted scorer (the breakdown), runs the filters in
+   order (one that would empty the set is ignored) and lets the picker rank the survivors by
+   ``sum(weight * score)``; filtered-out candidates follow, best total first (failover order).
+
+The :class:`ProfileDecision` it returns records the prompt's blocks for the chosen endpoint on
+``commit`` and feeds the closed loop on ``observe``; ``explain()`` is what
+``POST /admin/routing/explain`` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from gateway.endpoints.model import Endpoint
+from gateway.endpoints.stats import StatsBoard
+from gateway.prefix.hashing import PrefixKey, PromptHasher
+from gateway.protocol.openai import InferenceRequest
+from gateway.routing import registry
+from gateway.routing.config import ProfileSettings, RoutingSettings
+from gateway.routing.feedback import PrefixFeedback
+from gateway.routing.metrics import RoutingMetrics
+from gateway.routing.producers import run_producers
+from gateway.routing.scheduler import Decision
+from gateway.routing.types import Candidate, Context
+from gateway.state.base import StateStore, StoreView
+
+
+class UnknownPluginError(ValueError):
+    """A profile names a plugin that is not registered."""
+
+
+def _lookup(kind: str, table: Mapping[str, Any], name: str, profile: str) -> Any:
+    if name not in table:
+        raise UnknownPluginError(
+            f"routing.profiles.{profile}: unknown {kind} {name!r}; known: {', '.join(sorted(table))}"
+        )
+    return table[name]
+
+
+class _Breakdown(Mapping[str, Mapping[str, float]]):
+    """Per endpoint, per scorer, the score: built on first read (most requests never read it)."""
+
+    __slots__ = ("_candidates", "_columns", "_table")
+
+    def __init__(self, candidates: Sequence[Candidate], columns: Sequence[tuple[str, Sequence[float]]]) -> None:
+        self._candidates = candidates
+        self._columns = columns
+        self._table: dict[str, dict[str, float]] | None = None
+
+    def _built(self) -> dict[str, dict[str, float]]:
+        table = self._table
+        if table is None:
+            columns = self._columns
+            table = self._table = {
+                c.name: {scorer: scores[i] for scorer, scores in columns} for i, c in enumerate(self._candidates)
+            }
+        return table
+
+    def __getitem__(self, name: str) -> dict[str, float]:
+        return self._built()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._built())
+
+    def __len__(self) -> int:
+        return len(self._candidates)
+
+
+class ProfileDecision(Decision):
+    """A decision that commits prefixes and closes the loop (see the module docstring)."""
+
+    def __init__(
+        self, owner: ProfileScheduler, ranked: list[Endpoint], key: PrefixKey, candidates: Sequence[Candidate],
+        columns: Sequence[tuple[str, Sequence[float]]], totals: Sequence[float], filtered: Sequence[str],
+        hints: Mapping[str, Any], cluster: str,
+    ) -> None:
+        self.ranked = ranked
+        self.breakdown = _Breakdown(candidates, columns)
+        self.key = key
+        self._candidates = candidates
+        self._totals = totals
+        self.filtered = filtered
+        self.hints = hints
+        self.profile = owner.name
+        self.cluster = cluster
+        self._store = owner.store
+        self._feedback = owner.feedback
+        self._clock = clock = owner.clock
+        self._started = clock()
+        self._predicted: dict[str, int] = {}
+
+    @property
+    def candidates(self) -> dict[str, Candidate]:
+        """Routable candidates by endpoint name."""
+        return {c.name: c for c in self._candidates}
+
+    @property
+    def totals(self) -> dict[str, float]:
+        """Weighted total per routable endpoint name."""
+        return {c.name: total for c, total in zip(self._candidates, self._totals, strict=True)}
+
+    def predicted(self, name: str) -> int:
+        candidate = next((c for c in self._candidates if c.name == name), None)
+        return 0 if candidate is None else self._feedback.predict(name, candidate.matched, self.key)
+
+    def commit(self, endpoint: Endpoint) -> None:
+        name = endpoint.spec.name
+        predicted = self._predicted[name] = self.predicted(name)
+        self._store.record(name, self.key)
+        self._feedback.committed(name, predicted)
+
+    def observe(self, endpoint: Endpoint, usage: Mapping[str, Any] | None) -> None:
+        name = endpoint.spec.name
+        predicted = self._predicted.get(name, 0)
+        self._feedback.observe(name, self.key, predicted, usage, self._clock() - self._started)
+
+    def explain(self) -> dict[str, Any]:
+        """The decision as JSON-ready data (admin explain route)."""
+        state = self.hints.get("state")
+        candidates = self.candidates
+        totals = self.totals
+        endpoints = []
+        for endpoint in self.ranked:
+            name = endpoint.spec.name
+            c = candidates.get(name)
+            endpoints.append({
+                "name": name,
+                "total": totals.get(name),
+                "scores": self.breakdown.get(name, {}),
+                "filtered": name in self.filtered,
+                "routable": c is not None,
+                "matched_blocks": None if c is None else c.matched,
+                "predicted_cached_tokens": self.predicted(name),
+                "affinity": None if c is None else c.affinity,
+                "in_flight": None if c is None else c.in_flight,
+                "stale_stats": c is None or c.stats is None,
+                "waiting": None if c is None or c.stats is None else c.stats.waiting,
+                "kv_usage": None if c is None or c.stats is None else c.stats.kv_usage,
+            })
+        return {
+            "profile": self.profile,
+            "cluster": self.cluster,
+            "ranked": [e.spec.name for e in self.ranked],
+            "prompt": {"bytes": self.key.length, "blocks": len(self.key.blocks), "block_bytes": self.key.block_bytes,
+                       "affinity_key": self.key.affinity is not None},
+            "hints": sorted(self.hints),
+            "state_degraded": bool(state.degraded) if isinstance(state, StoreView) else None,
+            "endpoints": endpoints,
+        }
+
+
+class ProfileScheduler:
+    """Schedules with one profile (see the module docstring)."""
+
+    def __init__(
+        self, name: str, profile: ProfileSettings, routing: RoutingSettings, deps: registry.PluginDeps, *,
+        hasher: PromptHasher, board: StatsBoard, feedback: PrefixFeedback, metrics: RoutingMetrics,
+        clock: Callable[[], float],
+    ) -> None:
+        self.name = name
+        self._producers = {n: _lookup("producer", registry.PRODUCERS, n, name)(deps) for n in profile.producers}
+        self._filters = [_lookup("filter", registry.FILTERS, n, name)(deps) for n in profile.filters]
+        self._scorers = [(n, _lookup("scorer", registry.SCORERS, n, name)(deps), w) for n, w in profile.scorers.items()]
+        self._picker = _lookup("picker", registry.PICKERS, profile.picker, name)(deps)
+        self._hot_spot = routing.hot_spot
+        self._deadline = routing.producer_deadline_ms / 1000
+        self._stale_after = routing.scrape.stale_after_s
+        self._hasher = hasher
+        self._board = board
+        self.feedback = feedback
+        self._metrics = metrics
+        self.store = deps.store
+        self.clock = clock
+
+    async def schedule(self, endpoints: Sequence[Endpoint], request: InferenceRequest) -> Decision:
+        routable: list[Endpoint] = []
+        ejected: list[Endpoint] = []
+        for endpoint in endpoints:
+            if endpoint.routable:
+                routable.append(endpoint)
+            elif not endpoint.draining:
+                ejected.append(endpoint)
+        if not routable:
+            return Decision(ejected)
+        spec = routable[0].spec
+        key = self._hasher.key(request, spec.served_model)
+        ctx = Context(spec.cluster, request, key, self._hot_spot)
+        hints = await run_producers(self._producers, ctx, routable, self._deadline, self._metrics)
+        candidates = self._candidates(routable, hints.get("state"))
+        count = len(candidates)
+        columns: list[tuple[str, Sequence[float]]] = []
+        totals = [0.0] * count
+        for scorer_name, scorer, weight in self._scorers:
+            scores = scorer.score(ctx, candidates)
+            columns.append((scorer_name, scores))
+            if weight:
+                totals = [total + weight * score for total, score in zip(totals, scores, strict=True)]
+        survivors = candidates
+        for flt in self._filters:
+            survivors = flt.filter(ctx, survivors) or survivors
+        if len(survivors) == count:  # the usual case: nothing filtered out
+            order = self._picker.pick(ctx, candidates, totals)
+            ranked = [candidates[i].endpoint for i in order]
+            filtered: list[str] = []
+        else:
+            ranked, filtered = self._rank_filtered(ctx, candidates, survivors, totals)
+        if ejected:
+            ranked += ejected
+        return ProfileDecision(self, ranked, key, candidates, columns, totals, filtered, hints, spec.cluster)
+
+    def _rank_filtered(
+        self, ctx: Context, candidates: list[Candidate], survivors: list[Candidate], totals: list[float],
+    ) -> tuple[list[Endpoint], list[str]]:
+        """Survivors ranked by the picker, then the filtered-out candidates, best total first."""
+        position = {id(c): i for i, c in enumerate(candidates)}
+        order = self._picker.pick(ctx, survivors, [totals[position[id(c)]] for c in survivors])
+        kept = {id(c) for c in survivors}
+        dropped = sorted((c for c in candidates if id(c) not in kept), key=lambda c: -totals[position[id(c)]])
+        best = max(candidates, key=lambda c: c.matched)
+        if best.matched > 0 and id(best) not in kept and all(c.matched < best.matched for c in survivors):
+            self._metrics.hot_spot_diversions.labels(ctx.cluster).inc()
+        return [survivors[i].endpoint for i in order] + [c.endpoint for c in dropped], [c.name for c in dropped]
+
+    def _candidates(self, endpoints: Sequence[Endpoint], view: StoreView | None) -> list[Candidate]:
+        now = self.clock()
+        entries = self._board.get
+        stale_after = self._stale_after
+        recent = self.feedback.recent.get
+        latency = self.feedback.latency.get
+        if view is None:
+            matched: Mapping[str, int] = {}
+            affinity: frozenset[str] = frozenset()
+            remote: Mapping[str, int] = {}
+        else:
+            matched, affinity, remote = view.matched, view.affinity, view.remote_in_flight
+        out = []
+        for endpoint in endpoints:
+            name = endpoint.spec.name
+            scrape = entries(name)
+            stats = scrape.stats if scrape is not None and now - scrape.at <= stale_after else None
+            in_flight = endpoint.in_flight + remote[name] if name in remote else endpoint.in_flight
+            out.append(Candidate(
+                endpoint, stats, in_flight, matched.get(name, 0), name in affinity, recent(name, 0.0), latency(name),
+            ))
+        return out

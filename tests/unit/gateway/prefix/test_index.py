@@ -1,0 +1,84 @@
+"""The prefix index: LRU order, prefix closure, binary-search match, resize, clear, memory bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.prefix.index import BlockLRU, PrefixIndex
+
+
+def chain(tag: int, n: int, shared: int = 0) -> list[int]:
+    """``n`` block hashes; the first ``shared`` are common to every tag."""
+    return [i if i < shared else tag * 1_000_000 + i for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("inserted", "query", "expected"),
+    [
+        ([chain(1, 10)], chain(1, 10), 10),
+        ([chain(1, 10)], chain(1, 20), 10),
+        ([chain(1, 10)], chain(1, 4), 4),
+        ([chain(1, 10)], chain(2, 10), 0),
+        ([chain(1, 10, shared=6)], chain(2, 10, shared=6), 6),
+        ([], chain(1, 3), 0),
+        ([chain(1, 10)], [], 0),
+    ],
+)
+def test_match_counts_leading_blocks(inserted: list[list[int]], query: list[int], expected: int) -> None:
+    lru = BlockLRU(100)
+    for hashes in inserted:
+        lru.insert(hashes)
+    assert lru.match(query) == expected
+
+
+def test_eviction_takes_tails_first_so_the_index_stays_prefix_closed() -> None:
+    lru = BlockLRU(12)
+    lru.insert(chain(1, 10))
+    lru.insert(chain(2, 6))  # 4 of prompt 1's blocks must go: its tail
+    assert len(lru) == 12
+    assert lru.match(chain(1, 10)) == 6
+    assert all(block in lru for block in chain(1, 6))
+    assert lru.match(chain(2, 6)) == 6
+
+
+def test_a_shared_head_is_refreshed_by_every_prompt_that_uses_it() -> None:
+    lru = BlockLRU(14)
+    lru.insert(chain(1, 8, shared=4))
+    for tag in range(2, 6):
+        lru.insert(chain(tag, 8, shared=4))
+    assert lru.match(chain(9, 8, shared=4)) == 4
+
+
+def test_resize_evicts_least_recent_and_clear_empties() -> None:
+    lru = BlockLRU(100)
+    lru.insert(chain(1, 10))
+    lru.insert(chain(2, 10))
+    lru.resize(10)
+    assert len(lru) == 10 and lru.match(chain(2, 10)) == 10 and lru.match(chain(1, 10)) == 0
+    lru.clear()
+    assert len(lru) == 0
+
+
+def test_memory_stays_bounded_whatever_the_number_of_prompts() -> None:
+    index = PrefixIndex(default_capacity=500)
+    for tag in range(2000):
+        index.lru("e0").insert(chain(tag, 30), extra=(tag,))
+    assert len(index.lru("e0")) == 500
+
+
+def test_trim_removes_a_tail_and_affinity_entries_live_in_the_same_lru() -> None:
+    lru = BlockLRU(100)
+    lru.insert(chain(1, 10), extra=(42,))
+    assert 42 in lru
+    assert lru.trim(chain(1, 10), 7) == 3
+    assert lru.match(chain(1, 10)) == 7
+    with pytest.raises(ValueError):
+        BlockLRU(0)
+
+
+def test_index_per_endpoint() -> None:
+    index = PrefixIndex(10)
+    index.lru("a").insert([1, 2])
+    assert index.peek("b") is None and index.names() == ["a"]
+    index.drop("a")
+    assert index.peek("a") is None

@@ -1,0 +1,93 @@
+"""Scorers, filters (the hot-spot guard) and the picker: pure functions over candidates, table-driven."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from gateway.routing import registry
+from gateway.routing.filters import BoundedLoadFilter, BoundedShareFilter
+from gateway.routing.pickers import MaxScorePicker
+from gateway.routing.scorers.inflight import InFlightScorer
+from gateway.routing.scorers.kv_usage import KvUsageScorer
+from gateway.routing.scorers.latency import LatencyScorer
+from gateway.routing.scorers.prefix import PrefixScorer
+from gateway.routing.scorers.queue import QueueScorer
+from gateway.routing.scorers.session import SessionScorer
+from tests.unit.gateway.routing.support import candidate, context, stats
+
+SCORER_CASES: list[tuple[str, Any, list[dict[str, Any]], list[float]]] = [
+    ("prefix fraction", PrefixScorer(), [{"matched": 10}, {"matched": 5}, {"matched": 0}], [1.0, 0.5, 0.0]),
+    ("prefix capped", PrefixScorer(), [{"matched": 99}], [1.0]),
+    ("session", SessionScorer(), [{"affinity": True}, {"affinity": False}], [1.0, 0.0]),
+    ("queue saturating", QueueScorer(), [{"stats": stats(waiting=0)}, {"stats": stats(waiting=4)}, {"stats": stats(waiting=12)}], [1.0, 0.5, 0.25]),
+    ("queue stale is neutral", QueueScorer(), [{"stats": None}, {"stats": stats()}], [0.5, 0.5]),
+    ("kv usage", KvUsageScorer(), [{"stats": stats(kv_usage=0.25)}, {"stats": stats(kv_usage=1.5)}, {"stats": None}], [0.75, 0.0, 0.5]),
+    ("in-flight relative", InFlightScorer(), [{"in_flight": 0}, {"in_flight": 2}, {"in_flight": 4}], [1.0, 0.5, 0.0]),
+    ("in-flight per weight", InFlightScorer(), [{"in_flight": 4, "weight": 4.0}, {"in_flight": 2}], [0.5, 0.0]),
+    ("in-flight idle cluster", InFlightScorer(), [{"in_flight": 0}, {"in_flight": 0}], [1.0, 1.0]),
+    ("latency best over own", LatencyScorer(), [{"latency": 0.01}, {"latency": 0.04}, {"latency": None}], [1.0, 0.25, 1.0]),
+    ("latency unknown", LatencyScorer(), [{}, {}], [1.0, 1.0]),
+]
+
+
+@pytest.mark.parametrize(("scorer", "fields", "expected"), [c[1:] for c in SCORER_CASES], ids=[c[0] for c in SCORER_CASES])
+def test_scorers(scorer: Any, fields: list[dict[str, Any]], expected: list[float]) -> None:
+    candidates = [candidate(f"e{i}", **f) for i, f in enumerate(fields)]
+    scores = scorer.score(context(blocks=10), candidates)
+    assert scores == pytest.approx(expected)
+    assert all(0.0 <= s <= 1.0 for s in scores)
+
+
+def test_prefix_scorer_without_blocks_is_flat() -> None:
+    assert PrefixScorer().score(context(blocks=0), [candidate(matched=0), candidate(matched=0)]) == [0.0, 0.0]
+
+
+GUARD_CASES = [
+    # (in-flight per candidate, load factor, eligible indices)
+    ([0, 0, 0, 0], 1.25, [0, 1, 2, 3]),
+    ([1, 0, 0, 0], 1.25, [1, 2, 3]),          # T=1: cap ceil(1.25*2/4)=1
+    ([2, 2, 2, 2], 1.25, [0, 1, 2, 3]),       # T=8: cap ceil(1.25*9/4)=3
+    ([3, 1, 1, 1], 1.25, [1, 2, 3]),          # T=6: cap ceil(1.25*7/4)=3: 3+1 > 3
+    ([9, 0, 0, 0], 2.0, [1, 2, 3]),
+    ([5, 5], 1.0, [0, 1]),                    # never empty: equal loads stay eligible
+    ([4, 0], 100.0, [0, 1]),                  # a huge factor disables the guard
+]
+
+
+@pytest.mark.parametrize(("loads", "factor", "eligible"), GUARD_CASES)
+def test_bounded_load_guard(loads: list[int], factor: float, eligible: list[int]) -> None:
+    candidates = [candidate(f"e{i}", in_flight=n) for i, n in enumerate(loads)]
+    kept = BoundedLoadFilter().filter(context(load_factor=factor), candidates)
+    assert [candidates.index(c) for c in kept] == eligible
+
+
+def test_guard_never_empties_and_respects_weights() -> None:
+    heavy = [candidate("big", in_flight=6, weight=3.0), candidate("small", in_flight=2)]
+    assert [c.name for c in BoundedLoadFilter().filter(context(), heavy)] == ["big", "small"]
+    assert BoundedLoadFilter().filter(context(), []) == []
+
+
+def test_bounded_share_uses_recent_assignments_above_its_floor() -> None:
+    candidates = [candidate("a", recent=60.0), candidate("b", recent=20.0), candidate("c", recent=20.0)]
+    assert [c.name for c in BoundedShareFilter().filter(context(), candidates)] == ["b", "c"]
+    young = [candidate("a", recent=5.0), candidate("b", recent=0.0)]
+    assert [c.name for c in BoundedShareFilter().filter(context(), young)] == ["a", "b"]
+
+
+def test_max_score_picker_ranks_and_breaks_ties_at_random() -> None:
+    candidates = [candidate(f"e{i}") for i in range(3)]
+    picker = MaxScorePicker(random.Random(1))
+    assert picker.pick(context(), candidates, [0.2, 0.9, 0.5]) == [1, 2, 0]
+    firsts = {picker.pick(context(), candidates, [1.0, 1.0, 1.0])[0] for _ in range(50)}
+    assert firsts == {0, 1, 2}
+
+
+def test_registry_names_are_kebab_case_and_complete() -> None:
+    assert set(registry.SCORERS) == {"prefix", "session", "queue", "kv-usage", "in-flight", "latency"}
+    assert set(registry.FILTERS) == {"bounded-load", "bounded-share"}
+    assert set(registry.PICKERS) == {"max-score"} and set(registry.PRODUCERS) == {"state"}
+    for table in (registry.SCORERS, registry.FILTERS, registry.PICKERS, registry.PRODUCERS):
+        assert all(name == name.lower() and "_" not in name for name in table)

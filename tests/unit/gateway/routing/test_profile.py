@@ -1,0 +1,198 @@
+"""The profile scheduler end to end over pure parts: producers with deadlines, affinity, hot spots,
+the breakdown, commit/observe and the closed loop."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.endpoints.metrics_parse import EngineStats
+from gateway.endpoints.model import Endpoint, Health
+from gateway.endpoints.stats import StatsBoard
+from gateway.prefix.hashing import PrefixKey, PromptHasher
+from gateway.routing.config import ProfileSettings, RoutingSettings
+from gateway.routing.feedback import PrefixFeedback
+from gateway.routing.metrics import RoutingMetrics
+from gateway.routing.producers import run_producers
+from gateway.routing.profile import ProfileScheduler, UnknownPluginError
+from gateway.routing.registry import PluginDeps
+from gateway.routing.types import Context
+from gateway.state.memory import MemoryStore
+from tests.unit.gateway.routing.support import chat, context, endpoint
+
+LONG = "Tenant handbook: answer politely and cite the policy section. " * 40
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def build(profile: ProfileSettings | None = None, **routing: Any) -> tuple[ProfileScheduler, MemoryStore, StatsBoard, PrefixFeedback, RoutingMetrics, Clock]:
+    settings = RoutingSettings(**routing)
+    store = MemoryStore()
+    metrics = RoutingMetrics(CollectorRegistry())
+    feedback = PrefixFeedback(settings.index, store, metrics, 200.0)
+    board = StatsBoard()
+    clock = Clock()
+    scheduler = ProfileScheduler(
+        "p", profile or ProfileSettings(), settings, PluginDeps(store, random.Random(7)), hasher=PromptHasher(),
+        board=board, feedback=feedback, metrics=metrics, clock=clock,
+    )
+    return scheduler, store, board, feedback, metrics, clock
+
+
+async def route(scheduler: ProfileScheduler, endpoints: Sequence[Endpoint], content: str, **fields: Any) -> Any:
+    decision = await scheduler.schedule(endpoints, chat(content, **fields))
+    decision.commit(decision.ranked[0])
+    return decision
+
+
+async def test_same_prefix_goes_to_the_same_endpoint_and_others_spread() -> None:
+    scheduler, *_ = build(ProfileSettings(filters=[]))
+    group = [endpoint(f"e{i}") for i in range(4)]
+    firsts = {}
+    for tenant in range(8):
+        first = (await route(scheduler, group, f"{tenant} {LONG}")).ranked[0].name
+        again = [(await route(scheduler, group, f"{tenant} {LONG}")).ranked[0].name for _ in range(3)]
+        assert again == [first] * 3
+        firsts[tenant] = first
+    assert len(set(firsts.values())) >= 3  # cold prompts are spread by the random tie-break
+
+
+async def test_hot_spot_guard_moves_a_hot_prefix_off_a_loaded_endpoint() -> None:
+    scheduler, _, _, _, metrics, _ = build(ProfileSettings(filters=["bounded-load"]))
+    group = [endpoint(f"e{i}") for i in range(4)]
+    home = (await route(scheduler, group, LONG)).ranked[0]
+    home.in_flight = 3  # three long requests of the hot tenant already there, none elsewhere
+    decision = await scheduler.schedule(group, chat(LONG))
+    assert decision.ranked[0] is not home
+    assert decision.filtered == [home.name] and decision.ranked[-1] is home
+    assert decision.breakdown[home.name]["prefix"] > 0.9
+    assert metrics.hot_spot_diversions.labels("c")._value.get() == 1
+
+
+async def test_affinity_key_keeps_a_conversation_together_without_shared_blocks() -> None:
+    scheduler, *_ = build()
+    group = [endpoint(f"e{i}") for i in range(4)]
+    first = (await route(scheduler, group, "short one", prompt_cache_key="conv-1")).ranked[0].name
+    for text in ("another short", "and a third"):
+        decision = await route(scheduler, group, text, prompt_cache_key="conv-1")
+        assert decision.ranked[0].name == first and decision.breakdown[first]["session"] == 1.0
+
+
+async def test_ejected_go_last_unscored_and_draining_are_dropped() -> None:
+    scheduler, *_ = build()
+    group = [endpoint(f"e{i}") for i in range(3)]
+    group[0].health = Health.UNHEALTHY
+    group[1].draining = True
+    decision = await scheduler.schedule(group, chat("x"))
+    assert [e.name for e in decision.ranked] == ["e2", "e0"]
+    group[2].health = Health.UNHEALTHY
+    assert [e.name for e in (await scheduler.schedule(group, chat("x"))).ranked] == ["e0", "e2"]  # all ejected: as given
+
+
+async def test_stale_engine_stats_are_neutral() -> None:
+    scheduler, _, board, _, _, clock = build(ProfileSettings(scorers={"queue": 1.0}))
+    group = [endpoint("a"), endpoint("b")]
+    board.put("a", EngineStats("vllm", waiting=12), at=clock.now)
+    board.put("b", EngineStats("vllm", waiting=0), at=clock.now - 60)  # stale
+    decision = await scheduler.schedule(group, chat("x"))
+    assert decision.breakdown["a"]["queue"] == pytest.approx(0.25)
+    assert decision.breakdown["b"]["queue"] == 0.5
+    explained = decision.explain()
+    assert explained["ranked"] == ["b", "a"] and explained["endpoints"][0]["stale_stats"] is True
+
+
+async def test_bounded_share_spreads_a_hot_prefix_over_time() -> None:
+    scheduler, *_ = build()
+    group = [endpoint(f"e{i}") for i in range(4)]
+    homes = [(await route(scheduler, group, LONG)).ranked[0].name for _ in range(40)]
+    counts = {name: homes.count(name) for name in set(homes)}
+    assert max(counts.values()) <= 1.25 * 40 / 4 + 1, counts
+
+
+async def test_closed_loop_learns_from_reported_cached_tokens() -> None:
+    scheduler, store, _, feedback, metrics, _ = build()
+    group = [endpoint("a")]
+    first = await route(scheduler, group, LONG)
+    first.observe(group[0], {"prompt_tokens": 600, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 0}})
+    second = await route(scheduler, group, LONG)
+    predicted = second.predicted("a")
+    assert predicted > 0 and predicted % 16 == 0
+    assert second.observe(group[0], {"prompt_tokens": 600, "completion_tokens": 5,
+                                     "prompt_tokens_details": {"cached_tokens": predicted}}) is None
+    assert metrics.predictions.labels("a", "exact")._value.get() >= 1
+    before = feedback.capacity_blocks("a")
+    third = await route(scheduler, group, LONG)
+    third.observe(group[0], {"prompt_tokens": 600, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 0}})
+    assert metrics.predictions.labels("a", "over")._value.get() == 1
+    assert feedback.capacity_blocks("a") < before  # the engine evicted what the index held: shrink
+    assert feedback.accuracy("a") is not None and 0 <= feedback.accuracy("a") <= 1
+    assert feedback.bytes_per_token("a") == pytest.approx(len(LONG) / 600, rel=0.1)
+    assert store.size("a") > 0
+
+
+async def test_unknown_plugin_names_fail_at_build() -> None:
+    with pytest.raises(UnknownPluginError, match="unknown scorer 'nope'"):
+        build(ProfileSettings(scorers={"nope": 1.0}))
+    with pytest.raises(UnknownPluginError, match="unknown filter"):
+        build(ProfileSettings(filters=["nope"]))
+
+
+class Slow:
+    async def produce(self, ctx: Context, endpoints: Sequence[Endpoint]) -> Any:
+        await asyncio.sleep(10)
+
+
+class Broken:
+    async def produce(self, ctx: Context, endpoints: Sequence[Endpoint]) -> Any:
+        raise RuntimeError("boom")
+
+
+class Quick:
+    async def produce(self, ctx: Context, endpoints: Sequence[Endpoint]) -> Any:
+        return "hint"
+
+
+@pytest.mark.parametrize(
+    ("producers", "hints", "failures"),
+    [
+        ({"quick": Quick()}, {"quick": "hint"}, {}),
+        ({"slow": Slow()}, {}, {("slow", "timeout"): 1}),
+        ({"broken": Broken()}, {}, {("broken", "error"): 1}),
+        ({"quick": Quick(), "slow": Slow(), "broken": Broken()}, {"quick": "hint"},
+         {("slow", "timeout"): 1, ("broken", "error"): 1}),
+        ({}, {}, {}),
+    ],
+)
+async def test_producers_drop_hints_on_deadline_or_failure(producers: dict[str, Any], hints: dict[str, Any],
+                                                            failures: dict[tuple[str, str], int]) -> None:
+    metrics = RoutingMetrics(CollectorRegistry())
+    got = await run_producers(producers, context(), [endpoint("a")], 0.02, metrics)
+    assert got == hints
+    for (name, reason), count in failures.items():
+        assert metrics.producer_failures.labels(name, reason)._value.get() == count
+
+
+async def test_a_failing_store_never_fails_the_request() -> None:
+    scheduler, store, *_ = build()
+
+    async def boom(endpoints: Sequence[str], key: PrefixKey) -> Any:
+        raise ConnectionError("down")
+
+    def broken_peek(endpoints: Sequence[str], key: PrefixKey) -> Any:
+        raise ConnectionError("down")
+
+    store.lookup = boom  # type: ignore[method-assign]
+    store.peek = broken_peek  # type: ignore[method-assign]
+    decision = await scheduler.schedule([endpoint("a"), endpoint("b")], chat(LONG))
+    assert len(decision.ranked) == 2 and "state" not in decision.hints
