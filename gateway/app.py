@@ -14,23 +14,32 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from opentelemetry.sdk.trace import TracerProvider
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
-from gateway.api import admin, health, openai
+from gateway.api import admin, admin_config, admin_keys, admin_routing, health, openai
+from gateway.api.access import AccessMiddleware
+from gateway.api.openapi import install_openapi
 from gateway.api.auth import KeyChecker
 from gateway.api.middleware import RequestIdMiddleware
 from gateway.endpoints.health import HealthChecker
 from gateway.endpoints.registry import EndpointRegistry
-from gateway.errors import GatewayError, MethodNotAllowedError, NotFoundError
+from gateway.endpoints.allowlist import Resolver, system_resolver
+from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, NotFoundError
 from gateway.observability.metrics import GatewayMetrics
+from gateway.operations import Operations
 from gateway.proxy import Proxy
 from gateway.routes.catalog import ModelCatalog
-from gateway.routing.scheduler import SCHEDULERS
+from gateway.routes.metrics import RouteMetrics
+from gateway.routes.selector import RouteSelector, spent_from
+from gateway.routing.runtime import RoutingRuntime
 from gateway.settings import Settings
 from gateway.upstream.client import AiohttpUpstream, Upstream
 
@@ -50,6 +59,8 @@ class Container:
     started_at: int = field(default_factory=lambda: int(time.time()))
     upstream: Upstream | None = None
     proxy: Proxy | None = None
+    ops: Any = None  # gateway.operations.Operations: admin state, keys and quotas, accounting, tracing
+    selector: Any = None  # gateway.routes.selector.RouteSelector: model or alias -> route, with a reason
 
     @staticmethod
     def json(content: Any, status: int = 200) -> Response:
@@ -71,12 +82,28 @@ async def _on_http_exception(request: Request, error: Exception) -> Response:
         return _error_response(MethodNotAllowedError(f"Method {request.method} is not allowed on {request.url.path}."))
     if error.status_code == 404:
         return _error_response(NotFoundError(f"Unknown path: {request.method} {request.url.path}."))
+    if 400 <= error.status_code < 500:  # e.g. FastAPI's 400 for a body that is not JSON
+        invalid = InvalidRequestError(str(error.detail))
+        invalid.status = error.status_code
+        return _error_response(invalid)
     return _error_response(GatewayError(str(error.detail)))
+
+
+async def _on_validation_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, RequestValidationError)
+    problems = []
+    for item in error.errors()[:10]:
+        where = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
+        problems.append(f"{where}: {item.get('msg', 'invalid')}" if where else str(item.get("msg", "invalid")))
+    first = next((".".join(str(p) for p in item.get("loc", ())[1:]) for item in error.errors()), None)
+    return _error_response(InvalidRequestError("Invalid request: " + "; ".join(problems), param=first or None))
 
 
 async def _on_unexpected(request: Request, error: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=error)
-    return _error_response(GatewayError("The gateway had an internal error. It has been logged."))
+    request_id = getattr(request.state, "request_id", None)
+    headers = {"x-request-id": request_id} if request_id else None  # ServerErrorMiddleware sits outside ours
+    return _error_response(GatewayError("The gateway had an internal error. It has been logged.", headers=headers))
 
 
 def create_app(
@@ -85,6 +112,11 @@ def create_app(
     upstream: Upstream | None = None,
     clock: Callable[[], float] = time.perf_counter,
     health_checks: bool = True,
+    config_path: str | Path | None = None,
+    tracer_provider: TracerProvider | None = None,
+    wall_clock: Callable[[], float] = time.time,
+    redis: Any = None,
+    resolver: Resolver = system_resolver,
 ) -> FastAPI:
     """Build the gateway.
 
@@ -93,6 +125,11 @@ def create_app(
         upstream: the upstream client; default: an :class:`AiohttpUpstream` opened at start-up.
         clock: monotonic clock in seconds (injected for tests).
         health_checks: run active health checks in the background.
+        config_path: the TOML file ``POST /admin/reload`` re-reads (None: reload is refused).
+        tracer_provider: spans go here (tests); default: from ``[tracing]`` (None when off).
+        wall_clock: Unix time in seconds, for quota windows and usage days (injected for tests).
+        redis: a ``redis.asyncio`` client for the shared state (tests); default: from ``[state]``.
+        resolver: host name -> addresses, for the admin API's endpoint allow-list.
 
     Raises:
         ConfigError: an endpoint's ``api_key_env`` is not set.
@@ -105,26 +142,59 @@ def create_app(
         catalog=ModelCatalog.from_settings(settings),
         keys=KeyChecker(key.get_secret_value() for key in settings.auth.api_keys),
     )
+    container.ops = Operations(
+        settings,
+        registry=container.registry,
+        catalog=container.catalog,
+        metrics=container.metrics,
+        on_settings=lambda new: setattr(container, "settings", new),
+        clock=clock,
+        wall_clock=wall_clock,
+        config_path=config_path,
+        tracer_provider=tracer_provider,
+        redis=redis,
+        resolver=resolver,
+    )
+    container.metrics.watch_endpoints(lambda: container.registry)
+    routing = RoutingRuntime(
+        settings.routing, settings.state, container.registry, metrics_registry=container.metrics.registry, clock=clock
+    )
+    container.selector = RouteSelector(
+        settings=lambda: container.settings,
+        catalog=container.catalog,
+        registry=container.registry,
+        pricing=container.ops.pricing,
+        metrics=RouteMetrics(container.metrics.registry),
+        spent=spent_from(container.ops.gate),
+        board=routing.board,
+        stale_after_s=settings.routing.scrape.stale_after_s,
+        clock=clock,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = upstream or AiohttpUpstream(settings.upstream)
         container.upstream = client
+        traced = container.ops.wrap_upstream(client)
         container.proxy = Proxy(
             catalog=container.catalog,
             registry=container.registry,
-            scheduler=SCHEDULERS[settings.routing.policy](),
-            upstream=client,
+            scheduler=routing.scheduler,
+            upstream=traced,
             metrics=container.metrics,
             max_attempts=settings.upstream.max_attempts,
             max_retry_after_s=settings.upstream.max_retry_after_s,
             clock=clock,
         )
-        checker = HealthChecker(container.registry, client, settings.health, container.metrics)
+        checker = HealthChecker(container.registry, client, settings.health, container.metrics, board=routing.board)
         task = asyncio.create_task(checker.run()) if health_checks else None
+        await routing.start()
+        await container.ops.start()
         try:
             yield
         finally:
+            await container.ops.stop()
+            await routing.stop()
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -133,11 +203,24 @@ def create_app(
 
     app = FastAPI(title="kvgate", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None)
     app.state.container = container
+    app.state.routing = routing
     app.router.routes.extend(openai.routes)
     app.include_router(health.router)
     app.include_router(admin.router)
+    app.include_router(admin_routing.router)
+    app.include_router(admin_config.router)
+    app.include_router(admin_keys.router)
+    install_openapi(app)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(GatewayError, _on_gateway_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
     app.add_exception_handler(Exception, _on_unexpected)
+    if container.ops.tracer is not None or settings.server.access_log:
+        app.add_middleware(
+            AccessMiddleware,
+            tracer=container.ops.tracer,
+            access_log=settings.server.access_log,
+            log_payloads=settings.logging.log_payloads,
+        )
     app.add_middleware(RequestIdMiddleware)
     return app

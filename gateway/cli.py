@@ -33,7 +33,8 @@ def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
         host=settings.server.host,
         port=settings.server.port,
         log_level=settings.server.log_level,
-        access_log=settings.server.access_log,
+        access_log=False,  # kvgate writes its own JSON access log (gateway/api/access.py)
+        log_config=None,  # uvicorn's loggers propagate to the root logger (gateway/observability/logging.py)
         lifespan="on",
         timeout_graceful_shutdown=30,
     )
@@ -42,10 +43,13 @@ def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
 def _serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
 
+    from gateway.observability.logging import configure_logging
+
     settings = load_settings(args.config)
     if not settings.clusters:
         raise ConfigError(f"{args.config or 'configuration'}: no clusters configured; nothing to route to")
-    server = _Server(_uvicorn_config(create_app(settings), settings))
+    configure_logging(settings.logging.format, settings.server.log_level)
+    server = _Server(_uvicorn_config(create_app(settings, config_path=args.config), settings))
     asyncio.run(_serve_until_signal(server))
     return 0
 
@@ -102,9 +106,10 @@ def _snippet(settings: Settings, model: str) -> str:
 
 
 async def _up_async(args: argparse.Namespace) -> int:
-    from backends.local import LocalWorkerPool
+    from backends.local import local_supervisor
     from backends.runtime import prepare_runtime
     from gateway.app import create_app
+    from gateway.endpoints.managed import ManagedEndpoints
 
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -112,10 +117,13 @@ async def _up_async(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):  # until uvicorn installs its own handlers
         loop.add_signal_handler(signum, main.cancel)
     runtime = await asyncio.to_thread(prepare_runtime, log=_progress)
-    pool = LocalWorkerPool(runtime, count=args.workers, kv_cache_dtype=args.kv_cache_dtype, log=_progress)
-    async with pool:
-        settings = up_settings(args, pool.workers, runtime.served_model_name)
-        server = _Server(_uvicorn_config(create_app(settings), settings))
+    settings = up_settings(args, [], runtime.served_model_name)  # endpoints come from the supervisor
+    app = create_app(settings)
+    supervisor = local_supervisor(runtime, count=args.workers, kv_cache_dtype=args.kv_cache_dtype, log=_progress)
+    await supervisor.subscribe(ManagedEndpoints.for_settings(app.state.container.registry, settings, "fast"))
+    app.state.container.supervisor = supervisor  # /admin/workers
+    async with supervisor:  # ready workers join the "fast" cluster; crashed ones are restarted
+        server = _Server(_uvicorn_config(app, settings))
         announce = asyncio.create_task(_announce_when_started(server, settings, runtime.served_model_name))
         try:
             await _serve_until_signal(server)  # a signal stops the gateway, then the workers
@@ -159,6 +167,8 @@ def _sim(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from backends import cli as backends_cli
+
     parser = argparse.ArgumentParser(prog="kvgate", description="OpenAI-compatible LLM gateway.")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway in front of the endpoints in a config file")
@@ -172,6 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     up.set_defaults(run=_up)
     prepare = commands.add_parser("prepare", help="install the worker venv and prepare the SmolLM2 model")
     prepare.set_defaults(run=_prepare)
+    backends_cli.add_commands(commands)
     try:
         from backends.sim import cli as sim_cli
     except ImportError:  # the simulator is optional

@@ -81,6 +81,42 @@ class ModelNotFoundError(NotFoundError):
     code = "model_not_found"
 
 
+class PermissionDeniedError(GatewayError):
+    """403: the key may not use this model (or this operation)."""
+
+    status = 403
+    type = "invalid_request_error"
+    code = "model_not_allowed"
+
+
+class ConflictError(GatewayError):
+    """409: the resource exists already (admin API)."""
+
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
+
+
+class RateLimitError(GatewayError):
+    """429: a key's quota is exhausted; ``Retry-After`` says when to try again.
+
+    ``code`` is ``rate_limit_exceeded`` (RPM, TPM) or ``insufficient_quota`` (spend budget), as
+    OpenAI names them.
+    """
+
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class StateStoreError(GatewayError):
+    """503: the shared state store (Redis) could not be reached or failed."""
+
+    status = 503
+    type = "server_error"
+    code = "state_store_unavailable"
+
+
 class MethodNotAllowedError(GatewayError):
     status = 405
     type = "invalid_request_error"
@@ -131,7 +167,7 @@ class UpstreamClientError(GatewayError):
     def __init__(self, status: int, raw: bytes, headers: Mapping[str, str] | None = None) -> None:
         self.status = status
         self.raw = raw if _is_openai_error(raw) else None
-        message = raw.decode("utf-8", "replace")[:2000] or f"upstream returned HTTP {status}"
+        message = error_message_of(raw) if raw.strip() else f"upstream returned HTTP {status}"
         super().__init__(message, headers=headers)
 
     def body(self) -> bytes:

@@ -3,6 +3,12 @@
 The proxy fills in the cluster and endpoint as it decides; whoever ends the request (the
 non-streaming reply, the stream relay, or an error handler) calls :meth:`Exchange.finish` once,
 which writes the metrics. Later calls are ignored, so error paths may call it defensively.
+
+``on_finish`` (given by ``gateway/operations.py``) then runs once with the finished exchange:
+cost, key usage settlement and spans (``gateway/observability/recorder.py``). It reads
+``usage``, ``first_token_at``, ``ended_at``, ``error_type`` (the OpenAI error code of a failed
+request, set by the handler), ``admission`` (the key's admission) and ``trace`` (the request's
+spans, when tracing is on).
 """
 
 from __future__ import annotations
@@ -24,9 +30,19 @@ class Exchange:
     __slots__ = (
         "request_id", "model", "route", "cluster", "endpoint", "decision", "attempts", "continuations",
         "started", "_clock", "_metrics", "outcome",
+        "usage", "first_token_at", "ended_at", "error_type", "admission", "trace", "_on_finish",
+        "selection", "_listeners",
     )
 
-    def __init__(self, request_id: str, model: str, clock: Callable[[], float], metrics: GatewayMetrics) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        model: str,
+        clock: Callable[[], float],
+        metrics: GatewayMetrics,
+        *,
+        on_finish: Callable[[Exchange], None] | None = None,
+    ) -> None:
         self.request_id = request_id
         self.model = model
         self.route = ""
@@ -39,12 +55,30 @@ class Exchange:
         self._metrics = metrics
         self.started = clock()
         self.outcome: str | None = None
+        self.usage: Any = None
+        self.first_token_at: float | None = None
+        self.ended_at = 0.0
+        self.error_type: str | None = None
+        self.admission: Any = None  # gateway.keys.gate.Admission
+        self.trace: Any = None  # gateway.observability.tracing.RequestTrace
+        self._on_finish = on_finish
+        self.selection: Any = None  # gateway.routes.selector.Routed: the route selection
+        self._listeners: list[Callable[[Exchange], None]] = []
+
+    def add_listener(self, callback: Callable[[Exchange], None]) -> None:
+        """Also call ``callback(self)`` once when the exchange finishes, after ``on_finish``."""
+        self._listeners.append(callback)
 
     def finish(self, outcome: str, *, usage: Any = None, first_token_at: float | None = None) -> None:
         """Record the outcome (one of the module's constants) and, on success, usage and TTFT."""
         if self.outcome is not None:
             return
         self.outcome = outcome
+        self.usage, self.first_token_at, self.ended_at = usage, first_token_at, self._clock()
+        if self._on_finish is not None:
+            self._on_finish(self)
+        for listener in self._listeners:
+            listener(self)
         m = self._metrics
         m.requests.labels(self.model, self.cluster, self.endpoint, outcome).inc()
         if outcome == CLIENT_ERROR and not self.cluster:

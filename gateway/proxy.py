@@ -101,10 +101,13 @@ class Proxy:
         self._max_retry_after_s = max_retry_after_s
         self._clock = clock
 
-    def route_for(self, request: InferenceRequest, failover_header: str | None) -> Route:
-        """The effective route. Raises ModelNotFoundError (404) or InvalidRequestError (400)."""
-        entry = self._catalog.resolve(request.model)
-        return failover.apply_failover_header(failover_header, entry.route, self._catalog.routes)
+    def route_for(self, request: InferenceRequest, failover_header: str | None, selected: Route | None = None) -> Route:
+        """The effective route: ``selected`` (route selection's) or the model's, then ``X-Failover-Route``.
+
+        Raises ModelNotFoundError (404) or InvalidRequestError (400).
+        """
+        route = selected if selected is not None else self._catalog.resolve(request.model).route
+        return failover.apply_failover_header(failover_header, route, self._catalog.routes)
 
     async def forward(self, request: InferenceRequest, exchange: Exchange, route: Route) -> BufferedReply | StreamRelay:
         """Send ``request`` along ``route`` to the first endpoint that answers.

@@ -25,6 +25,9 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from gateway.routing.config import RoutingSettings, StateSettings
+from gateway.routes.config import ClusterSelectionSettings, SelectionSettings, ThinkingSwitch, Tier, check_alias_names
+
 MiB = 1024 * 1024
 
 
@@ -95,6 +98,9 @@ class AdminSettings(_Section):
         default_factory=lambda: ["127.0.0.0/8", "::1/128"],
         description="Networks (CIDR) an endpoint added through the admin API may resolve to.",
     )
+    sync_interval_s: float = Field(
+        1.0, gt=0, description="How often a replica polls the state store for admin changes, seconds."
+    )
 
     @field_validator("allowed_networks")
     @classmethod
@@ -150,8 +156,17 @@ class HealthSettings(_Section):
 
     interval_s: float = Field(5.0, gt=0, description="Seconds between two checks of one endpoint.")
     timeout_s: float = Field(2.0, gt=0, description="Timeout of one check, seconds.")
-    unhealthy_threshold: int = Field(2, ge=1, description="Consecutive failures (checks or requests) that eject.")
+    unhealthy_threshold: int = Field(2, ge=1, description="Consecutive failed checks that eject.")
     healthy_threshold: int = Field(1, ge=1, description="Consecutive successful checks that re-admit.")
+    stall_s: float = Field(
+        30.0, ge=0, description="Running requests but no new tokens for this long (scraped metrics): stalled, "
+        "no new requests. 0 disables."
+    )
+    probe: Literal["health", "generation"] = Field(
+        "health",
+        description="health: GET the health URL; generation: also a 1-token completion (catches an engine "
+        "that answers /health but cannot generate; works for reasoning models).",
+    )
 
 
 class EndpointSettings(_Section):
@@ -191,6 +206,12 @@ class ClusterSettings(_Section):
     description: str = ""
     endpoints: list[EndpointSettings] = Field(default_factory=list)
     price: PriceSettings = Field(default_factory=PriceSettings)
+    tier: Tier | None = Field(None, description="reasoning | fast: answers the `auto`, `reasoning`, `fast` aliases.")
+    max_context_tokens: int | None = Field(None, ge=1, description="Prompt + output the model holds; None: unknown.")
+    thinking_switch: ThinkingSwitch = Field(
+        "none", description="How to switch thinking off here for a downgraded reasoning request (routes/rewrite.py)."
+    )
+    selection: ClusterSelectionSettings = Field(default_factory=ClusterSelectionSettings)
 
 
 class RouteSettings(_Section):
@@ -224,27 +245,8 @@ class ModelSettings(_Section):
         return [self.cluster, *self.failover]
 
 
-class RoutingSettings(_Section):
-    """How an endpoint is chosen inside a cluster (the scheduling seam; see gateway/routing/)."""
-
-    policy: Literal["least-in-flight", "round-robin"] = Field(
-        "least-in-flight", description="Scheduler registered under this name in gateway.routing."
-    )
-
-
 class MetricsSettings(_Section):
     enabled: bool = Field(True, description="Serve Prometheus text at GET /metrics.")
-
-
-class StateSettings(_Section):
-    """State shared by gateway replicas: admin changes, API keys, quota counters and usage."""
-
-    redis_url: str | None = Field(
-        None, description="redis://host:port/db shared by the replicas; None: in-process (one replica)."
-    )
-    key_prefix: str = Field("kvgate:", min_length=1, description="Prefix of every Redis key kvgate writes.")
-    sync_interval_s: float = Field(1.0, gt=0, description="How often a replica polls for admin changes, seconds.")
-    timeout_s: float = Field(0.5, gt=0, description="Connect and read timeout of one Redis call, seconds.")
 
 
 class QuotaSettings(_Section):
@@ -254,6 +256,7 @@ class QuotaSettings(_Section):
         "allow", description="When the state store is unreachable: allow (fail open, counted) or deny (503)."
     )
     usage_retention_days: int = Field(35, ge=1, description="Days a per-key daily usage record is kept.")
+    store_timeout_s: float = Field(0.5, gt=0, description="Connect and read timeout of one quota call to Redis, s.")
 
 
 class TracingSettings(_Section):
@@ -291,6 +294,7 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     state: StateSettings = Field(default_factory=StateSettings)
     quotas: QuotaSettings = Field(default_factory=QuotaSettings)
+    route_selection: SelectionSettings = Field(default_factory=SelectionSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     clusters: dict[str, ClusterSettings] = Field(default_factory=dict)
@@ -337,6 +341,10 @@ class Settings(BaseSettings):
         if admin_key and admin_key in {key.get_secret_value() for key in self.auth.api_keys}:
             raise ValueError("admin.api_key: must differ from every client key in auth.api_keys")
         _check_named_keys(self.auth, admin_key)
+        check_alias_names(
+            {name: cluster.tier for name, cluster in self.clusters.items()},
+            [name for model_name, model in self.models.items() for name in (model_name, *model.aliases)],
+        )
         if not self.auth.has_keys() and not self.server.is_loopback():
             raise ValueError(
                 f"auth.api_keys: required when server.host is not loopback (got {self.server.host!r})"

@@ -1,10 +1,13 @@
 """The OpenAI-compatible edge: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``.
 
 Handlers stay thin: authenticate, read the body once (bounded by ``server.max_body_bytes``),
-validate the fields kvgate reads, hand over to the proxy, and turn its reply into a response
-with the ``x-kvgate-cluster`` and ``x-kvgate-endpoint`` headers. A client that disconnects at any
-point cancels the upstream request. Errors raise :class:`~gateway.errors.GatewayError`, which
-the app's exception handler renders.
+validate the fields kvgate reads, select the route (``gateway/routes/selector.py``: model or
+alias, limit headers, context fit), admit the key (model list and quotas, ``gateway/keys/gate.py``;
+after the route resolved, so an unknown model costs no quota), hand over to the proxy, and turn
+its reply into a response with the ``x-kvgate-route`` (route and reason), ``x-kvgate-cluster`` and
+``x-kvgate-endpoint`` headers. A client that disconnects at any point cancels the upstream
+request. Errors raise :class:`~gateway.errors.GatewayError`, which the app's exception handler
+renders.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from fastapi import Request, Response
 from starlette.routing import Route
 
 from gateway.errors import GatewayError, PayloadTooLargeError
-from gateway.exchange import CANCELLED, CLIENT_ERROR, UPSTREAM_ERROR, Exchange
+from gateway.exchange import CANCELLED, CLIENT_ERROR, UPSTREAM_ERROR
 from gateway.protocol.openai import Operation, parse_request
 from gateway.proxy import BufferedReply
 from gateway.upstream.streaming import ClientDisconnected, race_disconnect
@@ -40,17 +43,22 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 async def _inference(request: Request, operation: Operation) -> Response:
     container = request.app.state.container
-    container.keys.check(request.headers.get("authorization"))
+    gate = container.ops.gate
+    key = gate.authenticate(request.headers.get("authorization"))
     raw = await read_body(request, container.settings.server.max_body_bytes)
     parsed = parse_request(operation, raw)
-    route = container.proxy.route_for(parsed, request.headers.get("x-failover-route"))
-    exchange = Exchange(request.state.request_id, parsed.model, container.clock, container.metrics)
+    routed = await container.selector.select(parsed, key, request.headers)
+    route = container.proxy.route_for(parsed, request.headers.get("x-failover-route"), routed.route)
+    admission = await gate.admit(key, parsed.model, len(raw))
+    exchange = container.ops.exchange(request.state.request_id, parsed.model, container.clock, admission, request.state)
+    container.selector.attach(exchange, routed)
     try:
-        reply = await race_disconnect(container.proxy.forward(parsed, exchange, route), request.receive)
+        reply = await race_disconnect(container.proxy.forward(routed.request, exchange, route), request.receive)
     except ClientDisconnected:
         exchange.finish(CANCELLED)
         return Response(status_code=499)
     except GatewayError as error:
+        exchange.error_type = error.code or str(error.status)
         exchange.finish(CLIENT_ERROR if error.status < 500 else UPSTREAM_ERROR)
         raise
     route_headers = {
@@ -74,11 +82,12 @@ async def completions(request: Request) -> Response:
 
 async def list_models(request: Request) -> Response:
     container = request.app.state.container
-    container.keys.check(request.headers.get("authorization"))
+    key = container.ops.gate.authenticate(request.headers.get("authorization"))
     created = container.started_at
     data = [
         {"id": entry.id, "object": "model", "created": created, "owned_by": "kvgate"}
         for entry in container.catalog.entries()
+        if key.limits.allows(entry.id)
     ]
     return container.json({"object": "list", "data": data})
 

@@ -4,6 +4,14 @@ Names follow Prometheus conventions (base units: seconds, ``_total`` for counter
 they exist, OpenTelemetry's GenAI semantic conventions for the meaning of each figure
 (``gen_ai.server.time_to_first_token``, ``gen_ai.client.token.usage``).
 
+OpenTelemetry GenAI names of the figures (Prometheus keeps kvgate's names and labels):
+    ``kvgate_request_duration_seconds`` ~ ``gen_ai.server.request.duration``;
+    ``kvgate_time_to_first_token_seconds`` ~ ``gen_ai.server.time_to_first_token``;
+    ``kvgate_time_per_output_token_seconds`` ~ ``gen_ai.server.time_per_output_token`` (ITL);
+    ``kvgate_tokens_total{kind}`` ~ ``gen_ai.client.token.usage`` (``gen_ai.token.type`` input /
+    output; ``cached`` = ``gen_ai.usage.cache_read.input_tokens``);
+    ``kvgate_request_errors_total{error_type}`` carries ``error.type``.
+
 Request outcomes (label ``outcome``):
     ``success``: the endpoint answered 2xx and, for streams, finished without an in-band error.
     ``client_error``: the request was refused (4xx from kvgate or passed through from an endpoint).
@@ -13,7 +21,12 @@ Request outcomes (label ``outcome``):
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -80,3 +93,83 @@ class GatewayMetrics:
             ["endpoint"],
             registry=r,
         )
+        self._add_operations_instruments(r)
+
+    def _add_operations_instruments(self, r: CollectorRegistry) -> None:
+        """Errors, cost, per-token latency, quotas and the state store (issue 5)."""
+        self.errors = Counter(
+            "kvgate_request_errors",
+            "Failed inference requests by error class (OTel error.type: the OpenAI error code, or the HTTP status).",
+            ["model", "cluster", "error_type"],
+            registry=r,
+        )
+        self.time_per_output_token = Histogram(
+            "kvgate_time_per_output_token_seconds",
+            "Inter-token latency: (E2E - TTFT) / (output tokens - 1) per streamed request "
+            "(gen_ai.server.time_per_output_token), seconds.",
+            ["model", "cluster"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5),
+            registry=r,
+        )
+        self.endpoint_duration = Histogram(
+            "kvgate_endpoint_request_duration_seconds",
+            "E2E latency of successful requests by the endpoint that answered, seconds.",
+            ["endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.cost = Counter(
+            "kvgate_cost_usd", "Cost of answered requests at the cluster's prices, USD.", ["model", "cluster"], registry=r
+        )
+        self.route_decisions = Counter(
+            "kvgate_route_decisions",
+            "Finished requests by public model, route and the cluster that served them (the route mix).",
+            ["model", "route", "cluster"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "kvgate_retries",
+            "Upstream attempts beyond the first, per request (each retry goes to the next ranked endpoint).",
+            ["model", "cluster"],
+            registry=r,
+        )
+        self.quota_refusals = Counter(
+            "kvgate_quota_refusals", "Requests refused by a key's limit (rpm, tpm, budget).", ["key", "limit"], registry=r
+        )
+        self.state_store_errors = Counter(
+            "kvgate_state_store_errors",
+            "Failed calls to the state store by operation (quota_admit requests were let through when failing open).",
+            ["operation"],
+            registry=r,
+        )
+
+    def watch_endpoints(self, endpoints: Callable[[], Iterable[Any]]) -> None:
+        """Export the live state of ``endpoints()`` at each scrape (circuit, draining, weight)."""
+        self.registry.register(_EndpointStateCollector(endpoints))
+
+
+class _EndpointStateCollector(Collector):
+    """Reads endpoint state at scrape time, so the request path writes nothing for it."""
+
+    def __init__(self, endpoints: Callable[[], Iterable[Any]]) -> None:
+        self._endpoints = endpoints
+
+    def collect(self) -> Iterator[Metric]:
+        circuit = GaugeMetricFamily(
+            "kvgate_endpoint_circuit_state",
+            "1 for the endpoint's current circuit-breaker state (closed, open, half_open), else 0.",
+            labels=["endpoint", "cluster", "state"],
+        )
+        draining = GaugeMetricFamily("kvgate_endpoint_draining", "1 while the endpoint is draining.", labels=["endpoint", "cluster"])
+        weight = GaugeMetricFamily("kvgate_endpoint_weight", "The endpoint's routing weight.", labels=["endpoint", "cluster"])
+        for endpoint in self._endpoints():
+            cluster = endpoint.spec.cluster
+            current = endpoint.circuit.value
+            for state in ("closed", "open", "half_open"):
+                circuit.add_metric([endpoint.name, cluster, state], 1.0 if state == current else 0.0)
+            draining.add_metric([endpoint.name, cluster], 1.0 if endpoint.draining else 0.0)
+            weight.add_metric([endpoint.name, cluster], endpoint.spec.weight)
+        yield from (circuit, draining, weight)
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())

@@ -78,18 +78,24 @@ def _check_messages(messages: Any) -> None:
             raise _invalid(f"Missing required parameter: '{param}.role'.", f"{param}.role")
 
 
+def _is_token(value: Any) -> bool:
+    """A token id: a non-negative integer below 2**32 (no vocabulary is larger)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32
+
+
 def _check_prompt(prompt: Any) -> None:
     if isinstance(prompt, str):
         return
     if isinstance(prompt, list) and prompt:
         if all(isinstance(item, str) for item in prompt):
             return
-        if all(isinstance(item, int) and not isinstance(item, bool) for item in prompt):
+        if all(_is_token(item) for item in prompt):
             return
-        if all(isinstance(item, list) and all(isinstance(t, int) for t in item) for item in prompt):
+        if all(isinstance(item, list) and all(_is_token(t) for t in item) for item in prompt):
             return
     raise _invalid(
-        "Invalid type for 'prompt': expected a string, an array of strings, or an array of tokens.", "prompt"
+        "Invalid type for 'prompt': expected a string, an array of strings, or an array of tokens "
+        "(token ids are integers in [0, 2**32)).", "prompt"
     )
 
 

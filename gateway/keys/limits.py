@@ -1,0 +1,144 @@
+"""Quota arithmetic, pure: sliding-window rate limits, calendar budget periods, Retry-After.
+
+Requests per minute (RPM) and tokens per minute (TPM) use the *sliding window counter*
+(Cloudflare, "How we built rate limiting capable of scaling to millions of domains", 2017): two
+fixed one-minute counters, the current and the previous one, and the estimate
+
+    used = previous * (1 - elapsed / 60) + current
+
+where ``elapsed`` is the seconds since the current minute began. It needs two integers per key
+and limit, never lets a burst at a minute boundary double the limit as a fixed window does, and
+is exact when traffic is even over the previous minute.
+
+Admission, all or nothing (the same rules run in Redis as one Lua script, ``quota_store.py``):
+
+* RPM: admitted if ``used + 1 <= rpm``; the request is counted at once.
+* TPM: admitted if ``used + reserve <= tpm``, or if ``used == 0`` (a single request larger than
+  the whole limit is still let through an idle window rather than refused forever). ``reserve``
+  is an estimate of the prompt's tokens (request bytes / 4), counted at once; when the answer's
+  usage is known the difference to the real total (input + output tokens) is added.
+* Budget: admitted while the spend of the current UTC calendar period (``hour``, ``day``,
+  ``week`` from Monday, ``month``) is below the budget; spend is added when the answer's usage is
+  known, so requests in flight when the budget runs out may overshoot it by their own cost.
+
+Amounts of money are integers of micro-USD (1e-6 USD), so Redis counters stay exact.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+
+from gateway.keys.model import KeyLimits
+
+WINDOW_S = 60
+MICRO_USD = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """The counters one admission reads: previous/current minute of RPM and TPM, period spend."""
+
+    rpm_prev: float = 0
+    rpm_curr: float = 0
+    tpm_prev: float = 0
+    tpm_curr: float = 0
+    spent_micro_usd: float = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Admission result. ``limit`` names the limit that refused (``rpm``, ``tpm``, ``budget``)."""
+
+    allowed: bool
+    limit: str | None = None
+    retry_after_s: int = 0
+
+
+ALLOWED = Verdict(True)
+
+
+def window_start(now: float, window_s: int = WINDOW_S) -> int:
+    """Start of the fixed window holding ``now`` (Unix seconds)."""
+    return int(now // window_s) * window_s
+
+
+def elapsed_fraction(now: float, window_s: int = WINDOW_S) -> float:
+    """How far into its window ``now`` is, in [0, 1)."""
+    return (now - window_start(now, window_s)) / window_s
+
+
+def sliding_used(prev: float, curr: float, fraction: float) -> float:
+    """The sliding-window estimate of what was used in the last window."""
+    return prev * (1.0 - fraction) + curr
+
+
+def wait_until_fits(prev: float, curr: float, cost: float, limit: float, fraction: float, window_s: int = WINDOW_S) -> int:
+    """Whole seconds until ``cost`` more fits under ``limit`` if nothing else arrives (>= 1).
+
+    While the current window lasts, only the previous window's share decays; once it ends the
+    current count becomes the previous one and decays in turn.
+    """
+    room = limit - cost - curr
+    if prev > 0 and room >= 0:
+        needed = 1.0 - room / prev  # the fraction at which prev * (1 - f) <= room
+        return _whole_seconds((needed - fraction) * window_s)
+    if room >= 0:
+        return 1
+    remaining = (1.0 - fraction) * window_s  # until this window ends
+    room_next = limit - cost
+    if curr <= 0 or room_next >= curr:
+        return _whole_seconds(remaining)
+    needed = 1.0 - max(room_next, 0.0) / curr
+    return _whole_seconds(remaining + needed * window_s)
+
+
+def _whole_seconds(seconds: float) -> int:
+    """Seconds rounded up (ignoring float noise below a microsecond), at least 1."""
+    return max(1, math.ceil(seconds - 1e-6))
+
+
+def period_bounds(now: float, period: str) -> tuple[int, int]:
+    """The UTC calendar period (``hour``, ``day``, ``week``, ``month``) holding ``now``: (start, end)."""
+    moment = dt.datetime.fromtimestamp(now, dt.timezone.utc)
+    if period == "hour":
+        start = moment.replace(minute=0, second=0, microsecond=0)
+        end = start + dt.timedelta(hours=1)
+    elif period == "day":
+        start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+        end = start + dt.timedelta(days=1)
+    elif period == "week":
+        start = moment.replace(hour=0, minute=0, second=0, microsecond=0) - dt.timedelta(days=moment.weekday())
+        end = start + dt.timedelta(days=7)
+    elif period == "month":
+        start = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        end = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+    else:
+        raise ValueError(f"unknown budget period {period!r}")
+    return int(start.timestamp()), int(end.timestamp())
+
+
+def estimate_prompt_tokens(body_bytes: int) -> int:
+    """A cheap prompt-size estimate for TPM reservations: 4 bytes per token, at least 1."""
+    return max(1, body_bytes // 4)
+
+
+def decide(limits: KeyLimits, counters: Counters, now: float, reserve: int) -> Verdict:
+    """Admit or refuse one request; pure mirror of the Lua script in ``quota_store.py``."""
+    fraction = elapsed_fraction(now)
+    if limits.rpm is not None:
+        used = sliding_used(counters.rpm_prev, counters.rpm_curr, fraction)
+        if used + 1 > limits.rpm:
+            wait = wait_until_fits(counters.rpm_prev, counters.rpm_curr, 1, limits.rpm, fraction)
+            return Verdict(False, "rpm", wait)
+    if limits.tpm is not None:
+        used = sliding_used(counters.tpm_prev, counters.tpm_curr, fraction)
+        if used > 0 and used + reserve > limits.tpm:
+            cost = min(reserve, limits.tpm)
+            wait = wait_until_fits(counters.tpm_prev, counters.tpm_curr, cost, limits.tpm, fraction)
+            return Verdict(False, "tpm", wait)
+    if limits.budget_usd is not None and counters.spent_micro_usd >= limits.budget_usd * MICRO_USD:
+        _, end = period_bounds(now, limits.budget_period)
+        return Verdict(False, "budget", max(1, math.ceil(end - now)))
+    return ALLOWED

@@ -1,0 +1,246 @@
+"""Quota counters and usage records: the :class:`QuotaStore` seam, in memory and in Redis.
+
+Both implementations apply the rules of ``gateway/keys/limits.py``. In Redis one admission is
+one Lua script (``EVALSHA``), so concurrent requests on any number of replicas are admitted
+atomically: the counters are read, checked and incremented as one step. Settlement after an
+answer is one pipeline of ``INCRBY``/``HINCRBY`` and ``EXPIRE``.
+
+Redis keys (``P`` = ``state.key_prefix``; the ``{id}`` hash tag keeps one key's counters in one
+Redis Cluster slot):
+    ``P q:{id}:rpm:W`` / ``P q:{id}:tpm:W``   requests / tokens in the minute starting at Unix W;
+                                               expire after two minutes.
+    ``P q:{id}:spend:S``                       micro-USD spent in the budget period starting at S;
+                                               expires an hour after the period ends.
+    ``P u:{id}:YYYY-MM-DD``                    usage hash of one UTC day, fields
+                                               ``MODEL|CLUSTER|FIELD`` (FIELD in :data:`USAGE_FIELDS`);
+                                               kept ``quotas.usage_retention_days``.
+
+Errors: Redis failures surface as :class:`~gateway.errors.StateStoreError` (503); the caller
+decides to fail open or closed (``quotas.on_store_error``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from gateway.errors import StateStoreError
+from gateway.keys.limits import WINDOW_S, Counters, Verdict, decide, period_bounds, window_start
+from gateway.keys.model import KeyLimits
+
+USAGE_FIELDS = ("requests", "errors", "input_tokens", "cached_tokens", "output_tokens", "cost_micro_usd")
+_WINDOW_TTL_S = 2 * WINDOW_S + 5
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """What one finished request adds to its key's counters and usage (integers)."""
+
+    key_id: str
+    limits: KeyLimits
+    now: float
+    reserved: int
+    model: str
+    cluster: str
+    ok: bool
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    cost_micro_usd: int = 0
+
+    def usage_increments(self) -> dict[str, int]:
+        values = (1, 0 if self.ok else 1, self.input_tokens, self.cached_tokens, self.output_tokens, self.cost_micro_usd)
+        return {name: value for name, value in zip(USAGE_FIELDS, values, strict=True) if value}
+
+
+def day_of(now: float) -> str:
+    return dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def parse_usage(day: str, fields: dict[str, int]) -> list[dict[str, Any]]:
+    """Usage rows of one day from ``MODEL|CLUSTER|FIELD -> count``, sorted by model and cluster."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for name, value in fields.items():
+        parts = name.rsplit("|", 2)
+        if len(parts) != 3 or parts[2] not in USAGE_FIELDS:
+            continue
+        model, cluster, field = parts
+        empty = {"day": day, "model": model, "cluster": cluster, **dict.fromkeys(USAGE_FIELDS, 0)}
+        row = rows.setdefault((model, cluster), empty)
+        row[field] = int(value)
+    for row in rows.values():
+        row["cost_usd"] = row["cost_micro_usd"] / 1_000_000
+    return [rows[key] for key in sorted(rows)]
+
+
+class QuotaStore(Protocol):
+    async def admit(self, key_id: str, limits: KeyLimits, now: float, reserve: int) -> Verdict:
+        """Check every limit of ``limits`` and, if all pass, count the request. Raises StateStoreError."""
+
+    async def settle(self, settlements: Sequence[Settlement]) -> None:
+        """Add finished requests' tokens, spend and usage. Raises StateStoreError."""
+
+    async def usage(self, key_id: str, days: Sequence[str]) -> list[dict[str, Any]]:
+        """Usage rows of ``key_id`` on the given UTC days (``YYYY-MM-DD``). Raises StateStoreError."""
+
+    async def spent(self, key_id: str, limits: KeyLimits, now: float) -> int:
+        """Micro-USD spent in the current budget period."""
+
+
+def _names(prefix: str, key_id: str, limits: KeyLimits, now: float) -> list[str]:
+    """Counter keys: rpm prev/curr, tpm prev/curr, spend."""
+    base = f"{prefix}q:{{{key_id}}}"
+    curr = window_start(now)
+    prev = curr - WINDOW_S
+    spend_start, _ = period_bounds(now, limits.budget_period)
+    return [f"{base}:rpm:{prev}", f"{base}:rpm:{curr}", f"{base}:tpm:{prev}", f"{base}:tpm:{curr}", f"{base}:spend:{spend_start}"]
+
+
+class MemoryQuotaStore:
+    """Counters in this process: exact for one replica; ``now`` drives expiry (no timers)."""
+
+    def __init__(self) -> None:
+        self._counters: dict[str, float] = defaultdict(float)
+        self._usage: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._swept = 0
+
+    def _forget_before(self, now: float) -> None:
+        """Drop minute counters older than the previous minute (once per minute)."""
+        horizon = window_start(now) - WINDOW_S
+        if horizon <= self._swept:
+            return
+        self._swept = horizon
+        for name in [n for n in self._counters if (":rpm:" in n or ":tpm:" in n) and int(n.rsplit(":", 1)[1]) < horizon]:
+            del self._counters[name]
+
+    async def admit(self, key_id: str, limits: KeyLimits, now: float, reserve: int) -> Verdict:
+        self._forget_before(now)
+        names = _names("", key_id, limits, now)
+        counters = Counters(*(self._counters.get(name, 0.0) for name in names))
+        verdict = decide(limits, counters, now, reserve)
+        if verdict.allowed:
+            if limits.rpm is not None:
+                self._counters[names[1]] += 1
+            if limits.tpm is not None:
+                self._counters[names[3]] += reserve
+        return verdict
+
+    async def settle(self, settlements: Sequence[Settlement]) -> None:
+        for item in settlements:
+            names = _names("", item.key_id, item.limits, item.now)
+            if item.limits.tpm is not None:
+                self._counters[names[3]] += item.input_tokens + item.output_tokens - item.reserved
+            if item.limits.budget_usd is not None:
+                self._counters[names[4]] += item.cost_micro_usd
+            usage = self._usage[(item.key_id, day_of(item.now))]
+            for field, value in item.usage_increments().items():
+                usage[f"{item.model}|{item.cluster}|{field}"] += value
+
+    async def usage(self, key_id: str, days: Sequence[str]) -> list[dict[str, Any]]:
+        rows = []
+        for day in days:
+            rows.extend(parse_usage(day, dict(self._usage.get((key_id, day), {}))))
+        return rows
+
+    async def spent(self, key_id: str, limits: KeyLimits, now: float) -> int:
+        return int(self._counters.get(_names("", key_id, limits, now)[4], 0))
+
+
+# KEYS: rpm prev, rpm curr, tpm prev, tpm curr, spend.
+# ARGV: elapsed fraction, rpm limit, tpm limit, reserve, budget micro-USD (-1 = none), window TTL.
+_ADMIT = """
+local f = tonumber(ARGV[1])
+local rpm, tpm, reserve = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local budget, ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
+local function num(k) return tonumber(redis.call('GET', k) or '0') end
+local rp, rc, tp, tc, sp = num(KEYS[1]), num(KEYS[2]), num(KEYS[3]), num(KEYS[4]), num(KEYS[5])
+local ok = 1
+if rpm >= 0 and rp * (1 - f) + rc + 1 > rpm then ok = 0 end
+if ok == 1 and tpm >= 0 then
+  local used = tp * (1 - f) + tc
+  if used > 0 and used + reserve > tpm then ok = 0 end
+end
+if ok == 1 and budget >= 0 and sp >= budget then ok = 0 end
+if ok == 1 then
+  if rpm >= 0 then redis.call('INCR', KEYS[2]); redis.call('EXPIRE', KEYS[2], ttl) end
+  if tpm >= 0 then redis.call('INCRBY', KEYS[4], reserve); redis.call('EXPIRE', KEYS[4], ttl) end
+end
+return {ok, tostring(rp), tostring(rc), tostring(tp), tostring(tc), tostring(sp)}
+"""
+
+
+def _limit(value: float | None, scale: float = 1) -> float:
+    return -1 if value is None else value * scale
+
+
+class RedisQuotaStore:
+    """Counters in Redis shared by every replica (see the module docstring for the keys)."""
+
+    def __init__(self, client: aioredis.Redis, prefix: str, retention_days: int) -> None:
+        self._redis = client
+        self._prefix = prefix
+        self._retention_s = retention_days * 86400
+        self._admit = client.register_script(_ADMIT)
+
+    async def admit(self, key_id: str, limits: KeyLimits, now: float, reserve: int) -> Verdict:
+        names = _names(self._prefix, key_id, limits, now)
+        fraction = (now - window_start(now)) / WINDOW_S
+        args = [fraction, _limit(limits.rpm), _limit(limits.tpm), reserve, _limit(limits.budget_usd, 1_000_000), _WINDOW_TTL_S]
+        try:
+            reply = await self._admit(keys=names, args=args)
+        except RedisError as error:
+            raise StateStoreError(f"quota check failed: {type(error).__name__}") from None
+        if int(reply[0]) == 1:
+            return Verdict(True)
+        counters = Counters(*(float(value) for value in reply[1:]))
+        verdict = decide(limits, counters, now, reserve)
+        return verdict if not verdict.allowed else Verdict(False, "rpm", 1)
+
+    async def settle(self, settlements: Sequence[Settlement]) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        for item in settlements:
+            names = _names(self._prefix, item.key_id, item.limits, item.now)
+            delta = item.input_tokens + item.output_tokens - item.reserved
+            if item.limits.tpm is not None and delta:
+                pipe.incrby(names[3], delta).expire(names[3], _WINDOW_TTL_S)
+            if item.limits.budget_usd is not None and item.cost_micro_usd:
+                _, end = period_bounds(item.now, item.limits.budget_period)
+                pipe.incrby(names[4], item.cost_micro_usd).expireat(names[4], end + 3600)
+            usage_key = f"{self._prefix}u:{{{item.key_id}}}:{day_of(item.now)}"
+            for field, value in item.usage_increments().items():
+                pipe.hincrby(usage_key, f"{item.model}|{item.cluster}|{field}", value)
+            pipe.expire(usage_key, self._retention_s)
+        try:
+            await pipe.execute()
+        except RedisError as error:
+            raise StateStoreError(f"usage settlement failed: {type(error).__name__}") from None
+
+    async def usage(self, key_id: str, days: Sequence[str]) -> list[dict[str, Any]]:
+        pipe = self._redis.pipeline(transaction=False)
+        for day in days:
+            pipe.hgetall(f"{self._prefix}u:{{{key_id}}}:{day}")
+        try:
+            replies = await pipe.execute()
+        except RedisError as error:
+            raise StateStoreError(f"usage read failed: {type(error).__name__}") from None
+        rows = []
+        for day, fields in zip(days, replies, strict=True):
+            rows.extend(parse_usage(day, {_text(name): int(value) for name, value in fields.items()}))
+        return rows
+
+    async def spent(self, key_id: str, limits: KeyLimits, now: float) -> int:
+        try:
+            value = await self._redis.get(_names(self._prefix, key_id, limits, now)[4])
+        except RedisError as error:
+            raise StateStoreError(f"spend read failed: {type(error).__name__}") from None
+        return int(value or 0)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,87 @@
+"""The key table of one replica: who a presented ``Authorization: Bearer KEY`` is.
+
+The table holds every key record by digest: the config file's keys plus those in the state
+store, which the admin sync loop (``gateway/state/admin_sync.py``) refreshes whenever another
+replica changes them. Authentication is therefore a local dict lookup; a key created or revoked on
+one replica takes effect on the others within ``admin.sync_interval_s``.
+
+When is a key required? As soon as any key exists: one in the config file, or any record in the
+state store, revoked ones included (revoking the last key must never re-open the gateway).
+With no key at all (allowed only on a loopback host), every request is accepted as
+:data:`ANONYMOUS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gateway.errors import AuthenticationError
+from gateway.keys.model import KeyRecord, digest
+
+ANONYMOUS = KeyRecord(id="anonymous", name="anonymous", prefix="", digest="", source="none")
+
+
+def _masked(key: str) -> str:
+    return f"{key[:3]}***{key[-2:]}" if len(key) > 8 else "***"
+
+
+class KeyTable:
+    """Key records by digest; replaced whole by :meth:`replace` (readers see old or new)."""
+
+    def __init__(self, config: Iterable[KeyRecord] = ()) -> None:
+        self._config = tuple(config)
+        self._stored: tuple[KeyRecord, ...] = ()
+        self._by_digest: dict[str, KeyRecord] = {}
+        self._by_id: dict[str, KeyRecord] = {}
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        records = (*self._config, *self._stored)
+        self._by_digest = {record.digest: record for record in records if not record.revoked}
+        self._by_id = {record.id: record for record in records}
+
+    def replace(self, *, config: Iterable[KeyRecord] | None = None, stored: Iterable[KeyRecord] | None = None) -> None:
+        """Swap the config keys (reload) and/or the stored keys (sync)."""
+        if config is not None:
+            self._config = tuple(config)
+        if stored is not None:
+            self._stored = tuple(stored)
+        self._rebuild()
+
+    def upsert(self, record: KeyRecord) -> None:
+        """Apply one stored record at once (on the replica that wrote it)."""
+        self.replace(stored=[*(r for r in self._stored if r.id != record.id), record])
+
+    @property
+    def required(self) -> bool:
+        return bool(self._by_id)
+
+    def get(self, key_id: str) -> KeyRecord | None:
+        return self._by_id.get(key_id)
+
+    def records(self) -> list[KeyRecord]:
+        """Every key, config first, then stored keys by creation time."""
+        return [*self._config, *sorted(self._stored, key=lambda record: record.created_at)]
+
+    def authenticate(self, authorization: str | None) -> KeyRecord:
+        """The key behind the ``Authorization`` header.
+
+        Raises:
+            AuthenticationError: (401) a key is required and the header is missing, not Bearer,
+                unknown or revoked.
+        """
+        if not self._by_id:
+            return ANONYMOUS
+        if not authorization:
+            raise AuthenticationError(
+                "You didn't provide an API key. You need to provide your API key in an Authorization "
+                "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+            )
+        scheme, _, key = authorization.partition(" ")
+        key = key.strip()
+        if scheme.lower() != "bearer" or not key:
+            raise AuthenticationError("The Authorization header must be 'Bearer YOUR_KEY'.")
+        record = self._by_digest.get(digest(key))
+        if record is None:
+            raise AuthenticationError(f"Incorrect API key provided: {_masked(key)}.")
+        return record

@@ -1,0 +1,141 @@
+"""Contract suite of the QuotaStore and AdminStore seams: in memory and in the real Redis at
+127.0.0.1:6379 (a unique key prefix per test, every key removed afterwards). Both implementations
+must give the same answers to the same table of calls; Redis must also hold them atomically under
+concurrent admissions."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from redis.asyncio import Redis
+
+from gateway.errors import StateStoreError
+from gateway.keys.limits import Verdict
+from gateway.keys.model import KeyLimits
+from gateway.keys.quota_store import MemoryQuotaStore, RedisQuotaStore, Settlement
+from gateway.state.admin_sync import AdminSync, MemoryAdminStore, RedisAdminStore
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+NOW = 1_799_841_610.0  # 2027-01-13 12:00:10 UTC
+
+
+@pytest_asyncio.fixture
+async def redis() -> AsyncIterator[tuple[Redis, str]]:
+    prefix = f"kvgate-test-{uuid.uuid4().hex[:8]}:"
+    client = Redis.from_url(REDIS_URL)
+    yield client, prefix
+    keys = [k async for k in client.scan_iter(match=prefix + "*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def quotas(request: pytest.FixtureRequest, redis: tuple[Redis, str]) -> Any:
+    client, prefix = redis
+    return MemoryQuotaStore() if request.param == "memory" else RedisQuotaStore(client, prefix, retention_days=2)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def admin_store(request: pytest.FixtureRequest, redis: tuple[Redis, str]) -> Any:
+    client, prefix = redis
+    return MemoryAdminStore() if request.param == "memory" else RedisAdminStore(client, prefix)
+
+
+SEQUENCES = [
+    # (id, limits, [(seconds after NOW, reserve, expected verdict)])
+    ("rpm", KeyLimits(rpm=2), [(0, 0, Verdict(True)), (1, 0, Verdict(True)), (2, 0, Verdict(False, "rpm", 78)), (130, 0, Verdict(True))]),
+    ("tpm", KeyLimits(tpm=100), [(0, 80, Verdict(True)), (0, 30, Verdict(False, "tpm", 58)), (0, 20, Verdict(True))]),
+    ("budget unused", KeyLimits(budget_usd=1.0), [(0, 0, Verdict(True)), (0, 0, Verdict(True))]),
+]
+
+
+@pytest.mark.parametrize(("limits", "calls"), [s[1:] for s in SEQUENCES], ids=[s[0] for s in SEQUENCES])
+async def test_admission_sequences(quotas: Any, limits: KeyLimits, calls: list[tuple[float, int, Verdict]]) -> None:
+    key = f"k-{uuid.uuid4().hex[:6]}"
+    for offset, reserve, verdict in calls:
+        assert await quotas.admit(key, limits, NOW + offset, reserve) == verdict
+
+
+async def test_settlement_spends_corrects_tpm_and_records_usage(quotas: Any) -> None:
+    limits = KeyLimits(tpm=100, budget_usd=0.00002, budget_period="day")
+    assert await quotas.admit("k", limits, NOW, 80) == Verdict(True)
+    item = Settlement("k", limits, NOW, 80, "m", "c", True, input_tokens=7, cached_tokens=4, output_tokens=3, cost_micro_usd=11)
+    await quotas.settle([item, Settlement("k", limits, NOW, 0, "m", "c", False)])
+    assert await quotas.spent("k", limits, NOW) == 11
+    assert await quotas.admit("k", limits, NOW, 85) == Verdict(True)  # 10 used after the correction
+    await quotas.settle([Settlement("k", limits, NOW, 85, "m", "c", True, cost_micro_usd=11)])
+    assert (await quotas.admit("k", limits, NOW, 95)).limit == "tpm"  # 10 used + 95 > 100
+    assert (await quotas.admit("k", limits, NOW, 1)).limit == "budget"  # 22 micro-USD spent of 20
+    rows = await quotas.usage("k", ["2027-01-13", "2027-01-12"])
+    assert rows == [
+        {
+            "day": "2027-01-13", "model": "m", "cluster": "c", "requests": 3, "errors": 1, "input_tokens": 7,
+            "cached_tokens": 4, "output_tokens": 3, "cost_micro_usd": 22, "cost_usd": 22e-6,
+        }
+    ]
+    budget_only = KeyLimits(budget_usd=0.00002, budget_period="day")
+    refused = await quotas.admit("k", budget_only, NOW, 0)
+    assert refused == Verdict(False, "budget", 12 * 3600 - 10)
+
+
+async def test_concurrent_admissions_never_exceed_the_limit(redis: tuple[Redis, str]) -> None:
+    client, prefix = redis
+    replicas = [RedisQuotaStore(client, prefix, 1), RedisQuotaStore(Redis.from_url(REDIS_URL), prefix, 1)]
+    limits = KeyLimits(rpm=25)
+    verdicts = await asyncio.gather(*(replicas[i % 2].admit("k", limits, NOW, 0) for i in range(60)))
+    assert sum(v.allowed for v in verdicts) == 25
+    await replicas[1]._redis.aclose()
+
+
+async def test_redis_errors_become_state_store_errors() -> None:
+    dead = RedisQuotaStore(Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2), "x:", 1)
+    with pytest.raises(StateStoreError):
+        await dead.admit("k", KeyLimits(rpm=1), NOW, 0)
+    with pytest.raises(StateStoreError):
+        await RedisAdminStore(dead._redis, "x:").snapshot()
+    await dead._redis.aclose()
+
+
+async def test_admin_documents_and_versions(admin_store: Any) -> None:
+    assert await admin_store.version() == 0
+    v1 = await admin_store.put("endpoints", "e1", {"weight": 2.0})
+    v2 = await admin_store.put("keys", "k1", {"id": "k1", "nested": {"a": [1, 2]}})
+    assert v2 > v1 > 0
+    version, snapshot = await admin_store.snapshot()
+    assert version == v2
+    assert snapshot["endpoints"] == {"e1": {"weight": 2.0}}
+    assert snapshot["keys"] == {"k1": {"id": "k1", "nested": {"a": [1, 2]}}}
+    assert snapshot["clusters"] == {} and snapshot["control"] == {}
+    await admin_store.delete("endpoints", "e1")
+    assert (await admin_store.snapshot())[1]["endpoints"] == {}
+
+
+async def test_sync_applies_only_new_versions(admin_store: Any) -> None:
+    applied: list[dict[str, Any]] = []
+
+    async def apply(snapshot: dict[str, Any]) -> None:
+        applied.append(snapshot)
+
+    sync = AdminSync(admin_store, apply, 0.01)
+    assert await sync.poll() is True  # the first poll always applies (version 0 included)
+    assert await sync.poll() is False
+    await admin_store.put("clusters", "c", {"price": {"input_per_mtok": 1}})
+    assert await sync.poll() is True
+    assert applied[-1]["clusters"] == {"c": {"price": {"input_per_mtok": 1}}}
+
+
+async def test_sync_survives_a_dead_store() -> None:
+    errors: list[str] = []
+    dead = RedisAdminStore(Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2), "x:")
+
+    async def apply(snapshot: dict[str, Any]) -> None:
+        raise AssertionError("nothing to apply")
+
+    assert await AdminSync(dead, apply, 0.01, errors=errors.append).poll() is False
+    assert errors == ["admin_sync"]

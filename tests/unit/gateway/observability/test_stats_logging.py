@@ -1,0 +1,70 @@
+"""Admin stats from a metrics registry, and the JSON log formatter."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import orjson
+import pytest
+
+from gateway.observability.logging import JsonFormatter, configure_logging
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.stats import compute_stats, quantile_bound
+
+
+@pytest.mark.parametrize(
+    ("buckets", "q", "bound"),
+    [
+        ([], 0.5, None),
+        ([(0.1, 0.0), (float("inf"), 0.0)], 0.5, None),
+        ([(0.1, 5.0), (1.0, 10.0), (float("inf"), 10.0)], 0.5, 0.1),
+        ([(0.1, 5.0), (1.0, 10.0), (float("inf"), 10.0)], 0.95, 1.0),
+        ([(0.1, 1.0), (float("inf"), 10.0)], 0.95, None),
+    ],
+)
+def test_quantile_bound(buckets: list[tuple[float, float]], q: float, bound: float | None) -> None:
+    assert quantile_bound(buckets, q) == bound
+
+
+def test_stats_per_model_cluster_and_endpoint() -> None:
+    m = GatewayMetrics()
+    m.requests.labels("qwen", "fast", "a", "success").inc(3)
+    m.requests.labels("qwen", "fast", "b", "upstream_error").inc(1)
+    m.requests.labels("r1", "", "", "client_error").inc(2)
+    m.tokens.labels("qwen", "fast", "prompt").inc(70)
+    m.tokens.labels("qwen", "fast", "cached").inc(40)
+    m.tokens.labels("qwen", "fast", "completion").inc(30)
+    m.cost.labels("qwen", "fast").inc(0.25)
+    for seconds in (0.05, 0.2, 0.3):
+        m.request_duration.labels("qwen", "fast").observe(seconds)
+        m.endpoint_duration.labels("a").observe(seconds)
+    stats = compute_stats(m.registry.collect())
+    qwen = stats["models"]["qwen"]
+    assert (qwen["requests"], qwen["errors"], qwen["input_tokens"], qwen["cached_tokens"], qwen["output_tokens"]) == (4, 1, 70, 40, 30)
+    assert qwen["cost_usd"] == 0.25
+    assert qwen["latency"] == {"count": 3, "mean_s": pytest.approx(0.55 / 3, abs=1e-6), "p50_le_s": 0.25, "p95_le_s": 0.5}
+    assert stats["models"]["r1"]["errors"] == 2 and "" not in stats["clusters"]
+    assert stats["endpoints"]["a"]["requests"] == 3 and stats["endpoints"]["b"]["errors"] == 1
+    assert stats["endpoints"]["a"]["latency"]["count"] == 3 and stats["endpoints"]["b"]["latency"]["count"] == 0
+
+
+def test_json_formatter_merges_fields_and_exceptions() -> None:
+    record = logging.LogRecord("kvgate.access", logging.INFO, __file__, 1, "POST %s", ("/v1/x",), None)
+    record.fields = {"request_id": "r-1", "status": 200}
+    entry = orjson.loads(JsonFormatter().format(record))
+    assert entry["message"] == "POST /v1/x" and entry["request_id"] == "r-1" and entry["level"] == "info"
+    assert entry["ts"].endswith("+00:00") and entry["logger"] == "kvgate.access"
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failed = logging.LogRecord("kvgate", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    assert "ValueError: boom" in orjson.loads(JsonFormatter().format(failed))["exc_info"]
+
+
+def test_configure_logging_installs_one_handler() -> None:
+    root = logging.getLogger("kvgate-test-root")
+    configure_logging("json", "warning", root=root)
+    configure_logging("text", "debug", root=root)
+    assert len(root.handlers) == 1 and root.level == logging.DEBUG
+    assert not isinstance(root.handlers[0].formatter, JsonFormatter)
