@@ -1,10 +1,17 @@
 """Public model names and aliases, and the route each one selects.
 
 A client's ``model`` may be a public model name from ``[models.NAME]``, one of its aliases, or a
-cluster name (``reasoning``, ``fast``), which selects that tier alone. Each resolves to a
+cluster name, which selects that cluster alone. Each resolves to a
 :class:`~gateway.failover.Route`: the primary cluster, then the failover chain (a model's
 ``failover`` list, or a named ``[routes.NAME]``), with the route's time limits. Lookup is exact
 and case-sensitive, as OpenAI's is.
+
+Once a cluster has a ``tier``, three **route selection aliases** exist (``selects`` is set on
+their entries; ``routes/selector.py`` decides their route per request): ``auto`` (the policy
+chooses the tier), ``reasoning`` and ``fast`` (the best cluster of that tier). Their catalog route
+is the fallback order when nothing is known: the reasoning tier's clusters, then the fast tier's,
+in config order (one tier only for a tier alias). A tier alias answers in place of a cluster of
+the same name; public model names may not take these names (``routes/config.py``).
 """
 
 from __future__ import annotations
@@ -13,16 +20,21 @@ from dataclasses import dataclass
 
 from gateway.errors import ModelNotFoundError
 from gateway.failover import Route
+from gateway.routes.config import ALIASES, TIERS
 from gateway.settings import Settings, TimeoutSettings
 
 
 @dataclass(frozen=True, slots=True)
 class ModelEntry:
-    """One name a client may send: ``id`` selects ``route``; ``alias_of`` is set for aliases."""
+    """One name a client may send: ``id`` selects ``route``; ``alias_of`` is set for aliases.
+
+    ``selects`` is ``auto``, ``reasoning`` or ``fast`` for the route selection aliases.
+    """
 
     id: str
     route: Route
     alias_of: str | None = None
+    selects: str | None = None
 
     @property
     def cluster(self) -> str:
@@ -51,6 +63,7 @@ class ModelCatalog:
             route = routes[model.route] if model.route else Route(name, tuple(model.chain(settings.routes)), timeouts=default)
             entries.append(ModelEntry(name, route))
             entries.extend(ModelEntry(alias, route, alias_of=name) for alias in model.aliases)
+        entries.extend(_selection_aliases(settings, default))
         named = {entry.id for entry in entries}
         entries.extend(ModelEntry(cluster, route) for cluster, route in clusters.items() if cluster not in named)
         return cls(entries, {**clusters, **routes}, default)
@@ -71,3 +84,18 @@ class ModelCatalog:
     def entries(self) -> list[ModelEntry]:
         """Every public name, in config order (models, their aliases, then bare cluster names)."""
         return list(self._entries.values())
+
+    def replace(self, other: ModelCatalog) -> None:
+        """Take ``other``'s names and routes (a config reload); a request sees the old or the new."""
+        self._entries, self.routes, self.default_timeouts = other._entries, other.routes, other.default_timeouts
+
+
+def _selection_aliases(settings: Settings, timeouts: TimeoutSettings) -> list[ModelEntry]:
+    """``auto``, ``reasoning`` and ``fast`` when clusters declare tiers (see the module docstring)."""
+    by_tier = {tier: [name for name, c in settings.clusters.items() if c.tier == tier] for tier in TIERS}
+    chains = {"auto": by_tier["reasoning"] + by_tier["fast"], **by_tier}
+    return [
+        ModelEntry(alias, Route(alias, tuple(chains[alias]), timeouts=timeouts, reason=alias), selects=alias)
+        for alias in ALIASES
+        if chains[alias]
+    ]
