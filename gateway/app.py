@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
 from gateway.api import admin, admin_config, admin_keys, admin_routing, health, openai
+from gateway.api.fastpath import GatewayApp, error_response
 from gateway.api.access import AccessMiddleware
 from gateway.api.openapi import install_openapi
 from gateway.api.auth import KeyChecker
@@ -67,8 +68,7 @@ class Container:
         return Response(orjson.dumps(content), status, media_type="application/json")
 
 
-def _error_response(error: GatewayError) -> Response:
-    return Response(error.body(), error.status, error.headers, media_type="application/json")
+_error_response = error_response
 
 
 async def _on_gateway_error(request: Request, error: Exception) -> Response:
@@ -201,7 +201,7 @@ def create_app(
                     await task
             await client.aclose()
 
-    app = FastAPI(title="kvgate", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    app = GatewayApp(title="kvgate", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None)
     app.state.container = container
     app.state.routing = routing
     app.router.routes.extend(openai.routes)
@@ -215,7 +215,8 @@ def create_app(
     app.add_exception_handler(GatewayError, _on_gateway_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
     app.add_exception_handler(Exception, _on_unexpected)
-    if container.ops.tracer is not None or settings.server.access_log:
+    app.fast_path = container.ops.tracer is None and not settings.server.access_log
+    if not app.fast_path:
         app.add_middleware(
             AccessMiddleware,
             tracer=container.ops.tracer,

@@ -17,14 +17,15 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
 
 import uvicorn
 
 from gateway.settings import ConfigError, Settings, build_settings, load_settings
 
 log = logging.getLogger("kvgate")
+T = TypeVar("T")
 
 
 def _uvicorn_config(app: Any, settings: Settings) -> uvicorn.Config:
@@ -50,8 +51,21 @@ def _serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.config or 'configuration'}: no clusters configured; nothing to route to")
     configure_logging(settings.logging.format, settings.server.log_level)
     server = _Server(_uvicorn_config(create_app(settings, config_path=args.config), settings))
-    asyncio.run(_serve_until_signal(server))
+    _run(_serve_until_signal(server))
     return 0
+
+
+def _run(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on uvloop when it is installed (it is, with ``uvicorn[standard]``), else asyncio's
+    loop. Measured with bench/overhead: the standard loop costs about 100 us more CPU per request."""
+    try:
+        import uvloop
+    except ImportError:
+        factory = None
+    else:
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main)
 
 
 async def _serve_until_signal(server: _Server) -> None:
@@ -154,7 +168,7 @@ async def _announce_when_started(server: uvicorn.Server, settings: Settings, mod
 
 def _up(args: argparse.Namespace) -> int:
     try:
-        return asyncio.run(_up_async(args))
+        return _run(_up_async(args))
     except (KeyboardInterrupt, asyncio.CancelledError):
         _progress("interrupted; everything started was stopped")
         return 130

@@ -8,14 +8,15 @@ as ``X-Request-Id``, and returned to the client in the ``x-request-id`` response
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from typing import Any
 
 _SANE_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 
 
-def _incoming_id(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+def incoming_request_id(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The client's ``X-Request-Id`` if sane, else None."""
     for name, value in headers:
         if name == b"x-request-id":
             return value if _SANE_ID.fullmatch(value) else None
@@ -30,7 +31,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        raw = _incoming_id(scope["headers"]) or uuid.uuid4().hex.encode()
+        raw = incoming_request_id(scope["headers"]) or os.urandom(16).hex().encode()
         scope.setdefault("state", {})["request_id"] = raw.decode()
 
         async def send_with_id(message: dict[str, Any]) -> None:

@@ -41,7 +41,8 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _inference(request: Request, operation: Operation) -> Response:
+async def inference(request: Request, operation: Operation) -> Response:
+    """Serve one inference request (called by the fast path and by the routes below)."""
     container = request.app.state.container
     gate = container.ops.gate
     key = gate.authenticate(request.headers.get("authorization"))
@@ -73,11 +74,11 @@ async def _inference(request: Request, operation: Operation) -> Response:
 
 
 async def chat_completions(request: Request) -> Response:
-    return await _inference(request, Operation.CHAT)
+    return await inference(request, Operation.CHAT)
 
 
 async def completions(request: Request) -> Response:
-    return await _inference(request, Operation.COMPLETION)
+    return await inference(request, Operation.COMPLETION)
 
 
 async def list_models(request: Request) -> Response:

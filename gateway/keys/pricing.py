@@ -82,6 +82,7 @@ class Pricing:
 
     def __init__(self, prices: Mapping[str, Price] | None = None) -> None:
         self._prices = dict(prices or {})
+        self.version = 0  # bumped by every change, so derived tables know when to rebuild
 
     @classmethod
     def from_settings(cls, settings: Settings, overrides: Mapping[str, Price] | None = None) -> Pricing:
@@ -91,6 +92,7 @@ class Pricing:
 
     def replace(self, other: Pricing) -> None:
         self._prices = dict(other._prices)
+        self.version += 1
 
     def get(self, cluster: str) -> Price:
         return self._prices.get(cluster, FREE)

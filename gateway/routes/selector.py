@@ -117,7 +117,17 @@ class RouteSelector:
         self.model = model or ClassifierModel.load()
         self.tracker = LoadTracker()
         self._budgets: dict[str, tuple[float, float | None]] = {}
+        self._profiles: tuple[Settings, int, dict[str, ClusterProfile]] | None = None
         metrics.watch_clusters(self.tiered_views)
+
+    def profiles(self) -> dict[str, ClusterProfile]:
+        """:func:`profiles_of` for the settings and prices in force, rebuilt only when either changes
+        (a reload swaps the settings object; a price change swaps the price table)."""
+        settings, version = self._settings(), self._pricing.version
+        cached = self._profiles
+        if cached is None or cached[0] is not settings or cached[1] != version:
+            cached = self._profiles = (settings, version, profiles_of(settings, self._pricing))
+        return cached[2]
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -130,7 +140,7 @@ class RouteSelector:
     def views(self, names: list[str] | None = None) -> dict[str, ClusterView]:
         """Live views of the named clusters (default: all), at current prices."""
         settings = self._settings()
-        profiles = profiles_of(settings, self._pricing)
+        profiles = self.profiles()
         wanted = profiles if names is None else {n: profiles[n] for n in names if n in profiles}
         quantile = settings.route_selection.wait_quantile
         return {
@@ -229,7 +239,7 @@ class RouteSelector:
         cluster, outcome = exchange.cluster, exchange.outcome
         if not cluster or outcome not in ("success", "upstream_error"):
             return
-        profile = profiles_of(self._settings(), self._pricing).get(cluster)
+        profile = self.profiles().get(cluster)
         if profile is None:
             return
         routed: Routed | None = getattr(exchange, "selection", None)

@@ -1,0 +1,134 @@
+"""kvgate's own CPU per request, without the network: the ASGI app driven in-process.
+
+A canned upstream (the :class:`~gateway.upstream.client.Upstream` seam, no sockets) answers every
+request at once, and the app is called directly with ASGI scope/receive/send, so the figure is
+the gateway's Python work alone: parsing, auth, route selection, scheduling (prefix hashing),
+the attempt loop, metrics and accounting. uvicorn's HTTP parsing and aiohttp's client are left
+out (see bench/overhead for the end-to-end figure). ``--profile`` prints cProfile's top entries.
+
+    .venv/bin/python bench/gateway_path.py [--requests 20000] [--profile] [--stream]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gateway.app import create_app  # noqa: E402
+from gateway.settings import build_settings  # noqa: E402
+
+BODY = json.dumps({"id": "x", "object": "chat.completion", "created": 1, "model": "m",
+                   "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi " * 20}, "finish_reason": "stop"}],
+                   "usage": {"prompt_tokens": 300, "completion_tokens": 20, "total_tokens": 320}}).encode()
+STREAM = b"".join(
+    b'data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"w"},"finish_reason":null}]}\n\n'
+    for _ in range(20)
+) + b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":300,"completion_tokens":20,"total_tokens":320}}\n\ndata: [DONE]\n\n'
+
+
+class CannedResponse:
+    def __init__(self, stream: bool) -> None:
+        self.status = 200
+        self.headers = {"content-type": "text/event-stream" if stream else "application/json"}
+        self._chunks = [STREAM[i:i + 400] for i in range(0, len(STREAM), 400)] if stream else []
+
+    async def read(self) -> bytes:
+        return BODY
+
+    async def next_chunk(self) -> bytes:
+        return self._chunks.pop(0) if self._chunks else b""
+
+    def close(self) -> None: ...
+
+    def release(self) -> None: ...
+
+
+class CannedUpstream:
+    def __init__(self) -> None:
+        self.stream = False
+
+    async def post(self, url: str, body: bytes, headers: Any, connect_timeout_s: float) -> CannedResponse:
+        return CannedResponse(self.stream)
+
+    async def probe(self, url: str, timeout_s: float) -> int:
+        return 200
+
+    async def aclose(self) -> None: ...
+
+
+async def drive(app: Any, body: bytes, n: int) -> None:
+    scope_base = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+                  "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
+                  "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8080),
+                  "headers": [(b"host", b"x"), (b"content-type", b"application/json"), (b"authorization", b"Bearer sk-bench"),
+                              (b"content-length", str(len(body)).encode())]}
+    for _ in range(n):
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+        done = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            if messages:
+                return messages.pop()
+            await done.wait()
+            return {"type": "http.disconnect"}
+
+        status = []
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            elif not message.get("more_body"):
+                done.set()
+
+        await app(dict(scope_base), receive, send)
+        assert status == [200], status
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=20000)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--no-fast-path", action="store_true", help="send inference through FastAPI's stack (A/B)")
+    args = parser.parse_args()
+    upstream = CannedUpstream()
+    upstream.stream = args.stream
+    settings = build_settings({
+        "auth": {"api_keys": ["sk-bench"]},
+        "clusters": {"fast": {"endpoints": [{"url": f"http://127.0.0.1:{9000 + i}/v1", "model": "m"} for i in range(4)]}},
+        "models": {"m": {"cluster": "fast"}},
+    })
+    app = create_app(settings, upstream=upstream, health_checks=False)
+    if args.no_fast_path:
+        app.fast_path = False
+    prompt = "You are a helpful assistant. " * 40
+    body = json.dumps({"model": "m", "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}],
+                       "max_tokens": 20, "stream": args.stream}).encode()
+    async with app.router.lifespan_context(app):
+        await drive(app, body, 500)  # warm-up
+        profiler = cProfile.Profile() if args.profile else None
+        started_cpu = time.process_time()
+        if profiler:
+            profiler.enable()
+        await drive(app, body, args.requests)
+        if profiler:
+            profiler.disable()
+        cpu = time.process_time() - started_cpu
+    print(f"{'stream' if args.stream else 'non-stream'}: {cpu / args.requests * 1e6:.1f} us CPU per request "
+          f"(gateway Python only, {len(body)} B body, {args.requests} requests)")
+    if profiler:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
