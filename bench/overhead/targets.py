@@ -1,0 +1,262 @@
+"""[io] The targets of an overhead run: how each is configured, started, addressed and measured.
+
+Every gateway forwards one model (``bench-model``) to the same fake upstream, binds 127.0.0.1
+only, runs pinned to the gateway cores, and is ready once a real chat request through it
+answers 200. ``direct`` is the upstream itself (no extra process): the baseline every "added"
+figure subtracts.
+
+    direct          the fake upstream, measured as if it were a gateway
+    kvgate          ``kvgate serve --config FILE``: the default routing profile (``prefix-aware``:
+                    prefix hashing, scheduling, the /metrics scraper), client auth with one key,
+                    Prometheus metrics on; N > 1 workers: ``bench.overhead.kvgate_worker`` x N
+                    on one SO_REUSEPORT port with a Redis state store
+    litellm         LiteLLM proxy, one worker, master key, local cost map (offline)
+    vllm-router     vLLM's Rust router, default policy (cache_aware), Prometheus on a free port
+    sglang-router   SGLang's Rust router, default policy (cache_aware), Prometheus on a free port
+    portkey         the Portkey gateway on Node.js, headless; provider and upstream in headers
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.overhead import peers
+from bench.overhead.load import wait_ready
+from bench.overhead.proctree import Proc, free_port, spawn, stop
+from bench.overhead.upstream import MODEL
+
+ALL_TARGETS = ("direct", "kvgate", "litellm", "vllm-router", "sglang-router", "portkey")
+CLIENT_KEY = "sk-bench-overhead-0123456789"
+READY_TIMEOUT_S = {"litellm": 240.0, "portkey": 90.0}
+
+# Node.js binds every interface by default: force loopback before Portkey's code runs.
+_NODE_LOOPBACK = """\
+const net = require('net');
+const listen = net.Server.prototype.listen;
+net.Server.prototype.listen = function (...args) {
+  if (args[0] !== null && typeof args[0] === 'object') {
+    args[0] = { ...args[0], host: '127.0.0.1' };
+  } else if (typeof args[0] === 'number' || (typeof args[0] === 'string' && /^\\d+$/.test(args[0]))) {
+    if (typeof args[1] === 'string') args[1] = '127.0.0.1'; else args.splice(1, 0, '127.0.0.1');
+  }
+  return listen.apply(this, args);
+};
+"""
+
+
+class Unavailable(Exception):
+    """The target could not be installed or started; the message says why."""
+
+
+@dataclass
+class Context:
+    """What every target's start-up needs."""
+
+    upstream: str  # origin of the fake upstream, http://127.0.0.1:PORT
+    upstream_pid: int
+    work: Path  # configs for this run
+    logs: Path
+    cores: list[int]  # the gateway cores
+    kvgate_workers: int = 1
+    kvgate_loop: str = "serve"  # serve: `kvgate serve`; asyncio | uvloop: the worker launcher with that loop
+    redis_url: str | None = None
+    log: Callable[[str], None] = print
+
+
+@dataclass
+class Target:
+    """A started target: where to send requests, with which headers, and which pids it is."""
+
+    name: str
+    url: str  # the chat completions URL
+    headers: dict[str, str]
+    roots: list[int]  # process trees whose CPU and RSS count
+    procs: list[Proc] = field(default_factory=list)  # what to stop at the end (empty for direct)
+    version: str = ""
+    notes: str = ""
+
+    def stop(self) -> None:
+        stop(self.procs)
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("KVGATE__")}
+    env.update({"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"})
+    env.update(extra)
+    return env
+
+
+def _ready(target: Target, timeout_s: float) -> Target:
+    alive = (lambda: all(proc.alive() for proc in target.procs)) if target.procs else (lambda: True)
+    problem = wait_ready(target.url, target.headers, timeout_s, alive)
+    if problem is not None:
+        tails = "\n".join(f"--- {proc.log}\n{proc.log_tail()}" for proc in target.procs)
+        target.stop()
+        raise Unavailable(f"{problem}\n{tails}" if tails else problem)
+    return target
+
+
+def _installed(name: str, ctx: Context) -> peers.Installed:
+    installed = peers.ensure(name, log=ctx.log)
+    if not installed.ok:
+        raise Unavailable(installed.error or "install failed")
+    return installed
+
+
+# ---- each target ------------------------------------------------------------------------------
+
+
+def start_direct(ctx: Context) -> Target:
+    return Target("direct", f"{ctx.upstream}/v1/chat/completions", {}, [ctx.upstream_pid], version="bench.overhead.upstream")
+
+
+def kvgate_config(ctx: Context, port: int) -> str:
+    state = ""
+    if ctx.redis_url:
+        state = f'\n[state]\nbackend = "redis"\nredis_url = "{ctx.redis_url}"\nkey_prefix = "kvgate-bench-{port}:"\n'
+    return f"""\
+# written by bench/overhead: kvgate's defaults plus one key, one cluster, one model
+[server]
+host = "127.0.0.1"
+port = {port}
+log_level = "warning"
+
+[auth]
+api_keys = ["{CLIENT_KEY}"]
+
+[metrics]
+enabled = true
+
+[clusters.bench]
+description = "the overhead benchmark's fake upstream"
+
+[[clusters.bench.endpoints]]
+url = "{ctx.upstream}/v1"
+model = "{MODEL}"
+
+[models.{MODEL}]
+cluster = "bench"
+{state}"""
+
+
+def start_kvgate(ctx: Context) -> Target:
+    port = free_port()
+    config = ctx.work / "kvgate.toml"
+    config.write_text(kvgate_config(ctx, port))
+    env = _clean_env()
+    procs: list[Proc] = []
+    if ctx.kvgate_workers == 1 and ctx.kvgate_loop == "serve":
+        kvgate = Path(sys.executable).with_name("kvgate")
+        procs.append(spawn("kvgate", [str(kvgate), "serve", "--config", str(config)], cores=ctx.cores, log_dir=ctx.logs, env=env))
+        notes = "kvgate serve"
+    else:
+        loop = "asyncio" if ctx.kvgate_loop == "serve" else ctx.kvgate_loop
+        argv = [sys.executable, "-m", "bench.overhead.kvgate_worker", "--config", str(config), "--loop", loop]
+        repo = Path(__file__).resolve().parents[2]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH", "")]))
+        for index in range(ctx.kvgate_workers):
+            procs.append(spawn(f"kvgate-{index}", argv, cores=ctx.cores, log_dir=ctx.logs, env=env, cwd=repo))
+        notes = f"{ctx.kvgate_workers} x kvgate_worker (SO_REUSEPORT, {loop} loop, state {'redis' if ctx.redis_url else 'memory'})"
+    from gateway import __version__
+
+    target = Target(
+        "kvgate", f"http://127.0.0.1:{port}/v1/chat/completions", {"Authorization": f"Bearer {CLIENT_KEY}"},
+        [proc.pid for proc in procs], procs, version=__version__, notes=notes,
+    )
+    return _ready(target, 60.0)
+
+
+def start_litellm(ctx: Context) -> Target:
+    installed = _installed("litellm", ctx)
+    port = free_port()
+    config = ctx.work / "litellm.yaml"
+    config.write_text(
+        f"""\
+model_list:
+  - model_name: {MODEL}
+    litellm_params:
+      model: openai/{MODEL}
+      api_base: {ctx.upstream}/v1
+      api_key: sk-upstream-unused
+general_settings:
+  master_key: {CLIENT_KEY}
+litellm_settings:
+  telemetry: false
+"""
+    )
+    env = _clean_env(LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_LOG="ERROR", LITELLM_TELEMETRY="False")
+    argv = [str(installed.bin("litellm")), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+    proc = spawn("litellm", argv, cores=ctx.cores, log_dir=ctx.logs, env=env, cwd=ctx.work)
+    target = Target(
+        "litellm", f"http://127.0.0.1:{port}/v1/chat/completions", {"Authorization": f"Bearer {CLIENT_KEY}"},
+        [proc.pid], [proc], version=peers.version_of(installed), notes="litellm --num_workers 1",
+    )
+    return _ready(target, READY_TIMEOUT_S["litellm"])
+
+
+def _start_rust_router(ctx: Context, name: str, argv_head: list[str]) -> Target:
+    installed = _installed(name, ctx)
+    port, prometheus = free_port(), free_port()
+    argv = [
+        *(str(installed.bin(argv_head[0])), *argv_head[1:]),
+        "--host", "127.0.0.1", "--port", str(port), "--worker-urls", ctx.upstream,
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prometheus), "--log-level", "warning" if name == "vllm-router" else "warn",
+    ]
+    proc = spawn(name, argv, cores=ctx.cores, log_dir=ctx.logs, env=_clean_env(RUST_LOG="warn"), cwd=ctx.work)
+    target = Target(
+        name, f"http://127.0.0.1:{port}/v1/chat/completions", {}, [proc.pid], [proc],
+        version=peers.version_of(installed), notes="default policy (cache_aware)",
+    )
+    return _ready(target, READY_TIMEOUT_S.get(name, 90.0))
+
+
+def start_vllm_router(ctx: Context) -> Target:
+    return _start_rust_router(ctx, "vllm-router", ["vllm-router"])
+
+
+def start_sglang_router(ctx: Context) -> Target:
+    return _start_rust_router(ctx, "sglang-router", ["python", "-m", "sglang_router.launch_router"])
+
+
+def start_portkey(ctx: Context) -> Target:
+    installed = _installed("portkey", ctx)
+    port = free_port()
+    preload = ctx.work / "node-loopback.cjs"
+    preload.write_text(_NODE_LOOPBACK)
+    server = installed.root / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js"
+    argv = ["node", "--require", str(preload), str(server), f"--port={port}", "--headless"]
+    proc = spawn("portkey", argv, cores=ctx.cores, log_dir=ctx.logs, env=_clean_env(NODE_ENV="production"), cwd=installed.root)
+    headers = {
+        "Authorization": "Bearer sk-upstream-unused",
+        "x-portkey-provider": "openai",
+        "x-portkey-custom-host": f"{ctx.upstream}/v1",
+    }
+    target = Target(
+        "portkey", f"http://127.0.0.1:{port}/v1/chat/completions", headers, [proc.pid], [proc],
+        version=peers.version_of(installed), notes="node, --headless, @hono/node-server 1.13.8",
+    )
+    return _ready(target, READY_TIMEOUT_S["portkey"])
+
+
+STARTERS: dict[str, Callable[[Context], Target]] = {
+    "direct": start_direct,
+    "kvgate": start_kvgate,
+    "litellm": start_litellm,
+    "vllm-router": start_vllm_router,
+    "sglang-router": start_sglang_router,
+    "portkey": start_portkey,
+}
+
+
+def start(name: str, ctx: Context) -> Target:
+    """Start ``name``; raises :class:`Unavailable` with the reason when it cannot."""
+    try:
+        return STARTERS[name](ctx)
+    except Unavailable:
+        raise
+    except Exception as error:  # noqa: BLE001 - any failure of a peer becomes its row's reason
+        raise Unavailable(f"{type(error).__name__}: {error}") from error
