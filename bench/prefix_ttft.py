@@ -32,7 +32,7 @@ from tests.support.threads import ServerThread  # noqa: E402
 
 
 def document(tag: str) -> str:
-    facts = " ".join(f"Fact {i}: the {tag} warehouse stores {i * 7} crates of item {i}." for i in range(60))
+    facts = " ".join(f"Fact {i}: the {tag} warehouse stores {i * 7} crates of item {i}." for i in range(36))
     return f"Reference document {tag}.\n{facts}\n"
 
 
