@@ -23,3 +23,15 @@ class WorkerStartError(BackendError):
 
     The message carries the last lines of the worker's log.
     """
+
+
+class PlanError(BackendError):
+    """The KV capacity planner cannot answer: a missing input or a budget that leaves no KV memory."""
+
+
+class UnsupportedModelError(PlanError):
+    """The model's attention is not one the planner can size exactly (MHA, GQA or MLA).
+
+    Raised instead of guessing: sliding-window or chunked attention, state-space/hybrid layers,
+    encoder-decoder models, cross-layer KV sharing, or a config that lacks the needed fields.
+    """

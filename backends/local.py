@@ -7,6 +7,9 @@ process group. Worker ``i`` is named ``local-i``, listens on ``first_port + i`` 
 ports) and binds its OpenMP threads to core ``i`` (``VLLM_CPU_OMP_THREADS_BIND``): without
 distinct binds, two workers both bind core 0. Logs go to ``logs_dir()/local-i.log``.
 
+:func:`local_supervisor` runs the same workers under a :class:`~backends.supervisor.WorkerSupervisor`
+instead (``kvgate up``): crashed workers come back, and workers are drained before they stop.
+
 Defaults follow the CPU recipe: FP8 KV cache, prefix caching, chunked prefill, eager mode
 (healthy in about 25 s instead of 70-115 s), ``max_model_len=2048``, 1 GiB of KV cache per worker.
 """
@@ -19,7 +22,7 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +33,8 @@ from backends.commands import Log
 from backends.process import WorkerProcess
 from backends.runtime import Runtime
 from backends.spec import WorkerSpec
+from backends.supervisor import VllmRunner, WorkerSupervisor
+from backends.worker_status import WorkerStatus
 
 MAX_LOCAL_WORKERS = 2
 
@@ -177,3 +182,55 @@ class LocalWorkerPool:
         """Blocking stop of every worker, for atexit and signal handlers."""
         for worker in self.workers:
             worker.process.stop_sync(self.stop_timeout_s)
+
+
+class ProgressLog:
+    """A supervisor listener printing local workers' progress in ``LocalWorkerPool``'s words."""
+
+    def __init__(self, log: Log, count: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._log, self._count, self._clock = log, count, clock
+        self._started = clock()
+        self._ready: set[str] = set()
+        self._announced = False
+
+    async def worker_changed(self, status: WorkerStatus) -> None:
+        phase = status.phase.value
+        if phase == "launching":
+            again = f" (restart {status.restarts})" if status.restarts else ""
+            self._log(f"{status.name}: starting on {status.spec.origin}{again} (log "
+                      f"{paths.logs_dir() / (status.name + '.log')})")
+        elif phase == "ready":
+            self._ready.add(status.name)
+            if status.restarts:
+                self._log(f"{status.name}: healthy again (restart {status.restarts})")
+            elif len(self._ready) == self._count and not self._announced:
+                self._announced = True
+                self._log(f"{self._count} worker(s) healthy after {self._clock() - self._started:.1f} s")
+        elif phase == "failed":
+            retry = "gave up" if status.gave_up else f"restarting in {status.retry_in_s:.0f} s"
+            self._log(f"{status.name}: {status.last_error}; {retry}")
+
+    async def drain(self, status: WorkerStatus, timeout_s: float) -> None:
+        """Nothing routes through a log."""
+
+
+def local_supervisor(runtime: Runtime, count: int = 1, first_port: int | None = None, *,
+                     kv_cache_dtype: str = "fp8", enforce_eager: bool = True, max_model_len: int | None = 2048,
+                     cpu_kvcache_space_gib: int = 1, log_dir: Path | None = None,
+                     base_env: Mapping[str, str] | None = None, log: Log = print,
+                     **supervisor_options: Any) -> WorkerSupervisor:
+    """A :class:`WorkerSupervisor` of ``count`` local vLLM-CPU workers named ``local-i``.
+
+    Same specs, ports, binds and logs as :class:`LocalWorkerPool`, but crashed workers are
+    restarted (with backoff) and workers are drained before they stop. ``supervisor_options``
+    go to :class:`WorkerSupervisor` (policy, timeouts, listeners).
+    """
+    if not 1 <= count <= MAX_LOCAL_WORKERS:
+        raise ValueError(f"count: must be 1..{MAX_LOCAL_WORKERS}, got {count}")
+    ports = list(range(first_port, first_port + count)) if first_port is not None else free_ports(count)
+    specs = build_specs(runtime, ports, kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager,
+                        max_model_len=max_model_len, cpu_kvcache_space_gib=cpu_kvcache_space_gib)
+    listeners = [ProgressLog(log, count), *supervisor_options.pop("listeners", ())]
+    return WorkerSupervisor([(f"local-{i}", spec) for i, spec in enumerate(specs)],
+                            VllmRunner(runtime.worker_python, log_dir, dict(base_env) if base_env else None),
+                            listeners=listeners, **supervisor_options)

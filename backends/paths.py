@@ -36,3 +36,8 @@ def models_dir(home: Path | None = None) -> Path:
 def logs_dir(home: Path | None = None) -> Path:
     """Directory of worker logs (one file per worker name, rewritten at each start)."""
     return (home or kvgate_home()) / "logs"
+
+
+def workers_state_file(home: Path | None = None) -> Path:
+    """JSON status of the workers run by ``kvgate workers up`` (read by ``status``/``logs``/``down``)."""
+    return (home or kvgate_home()) / "workers" / "state.json"

@@ -109,6 +109,13 @@ class WorkerProcess:
                     raise self._start_error(f"not healthy at {self.health_url} after {timeout_s:g} s")
                 await asyncio.sleep(poll_interval_s)
 
+    async def wait(self) -> int:
+        """Wait until the leader (vLLM's API server) exits; return its exit code.
+
+        The rest of the group may outlive it (an orphaned EngineCore): call :meth:`stop` after.
+        """
+        return await self._require_started().wait()
+
     async def stop(self, timeout_s: float = 15.0) -> int | None:
         """SIGTERM the process group, wait up to ``timeout_s``, then SIGKILL the group.
 
@@ -188,6 +195,24 @@ def tail_lines(path: Path, lines: int, *, max_bytes: int = 256 * 1024) -> str:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
+
+
+def pid_alive(pid: int) -> bool:
+    """True if process ``pid`` exists and is not a zombie (a dead child nobody reaped yet)."""
+    stat = Path(f"/proc/{pid}/stat")
+    if Path("/proc/self/stat").exists():
+        try:
+            data = stat.read_bytes()
+        except OSError:
+            return False
+        return data[data.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _group_alive(pgid: int) -> bool:

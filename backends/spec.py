@@ -8,6 +8,7 @@ which device it runs on. ``backends.vllm_args`` turns it into an argv and an env
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Literal
 
@@ -62,6 +63,9 @@ class WorkerSpec:
     """Skip graph compilation: faster start-up (CPU: ~25 s vs 70-115 s), slower decode."""
     reasoning_parser: str | None = None
     """vLLM reasoning parser name (e.g. ``deepseek_r1``), for reasoning models."""
+    kv_events_config: str | None = None
+    """JSON object for ``--kv-events-config`` (vLLM's ``KVEventsConfig``): publish KV block
+    stored/removed events for precise prefix routing; see :func:`backends.vllm_args.kv_events_json`."""
     extra_args: tuple[str, ...] = ()
     """Further CLI arguments appended verbatim, after all generated flags."""
     device: Device = "cpu"
@@ -119,6 +123,8 @@ def validate(spec: WorkerSpec) -> list[str]:
     _require(errors, spec.launcher in LAUNCHERS,
              f"launcher: must be one of {', '.join(LAUNCHERS)}; got {spec.launcher!r}")
     errors += _device_errors(spec)
+    _require(errors, spec.kv_events_config is None or _is_json_object(spec.kv_events_config),
+             f"kv_events_config: must be a JSON object string or None, got {spec.kv_events_config!r}")
     _require(errors, all(isinstance(a, str) for a in spec.extra_args),
              "extra_args: must be a sequence of strings")
     return errors
@@ -146,6 +152,15 @@ def _device_errors(spec: WorkerSpec) -> list[str]:
 def _require(errors: list[str], ok: bool, message: str) -> None:
     if not ok:
         errors.append(message)
+
+
+def _is_json_object(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        return isinstance(json.loads(value), dict)
+    except ValueError:
+        return False
 
 
 def _is_int(value: object) -> bool:

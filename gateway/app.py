@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
-from gateway.api import admin, admin_config, admin_keys, admin_routing, health, openai
+from gateway.api import admin, admin_config, admin_keys, admin_routing, admin_workers, health, openai
 from gateway.api.fastpath import GatewayApp, error_response
 from gateway.api.access import AccessMiddleware
 from gateway.api.openapi import install_openapi
@@ -62,6 +62,7 @@ class Container:
     proxy: Proxy | None = None
     ops: Any = None  # gateway.operations.Operations: admin state, keys and quotas, accounting, tracing
     selector: Any = None  # gateway.routes.selector.RouteSelector: model or alias -> route, with a reason
+    supervisor: Any = None  # backends.supervisor.WorkerSupervisor of managed vLLM workers (kvgate up): /admin/workers
 
     @staticmethod
     def json(content: Any, status: int = 200) -> Response:
@@ -210,6 +211,7 @@ def create_app(
     app.include_router(admin_routing.router)
     app.include_router(admin_config.router)
     app.include_router(admin_keys.router)
+    app.include_router(admin_workers.router)
     install_openapi(app)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(GatewayError, _on_gateway_error)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from backends.spec import KV_CACHE_DTYPES, WorkerSpec
-from backends.vllm_args import worker_argv, worker_env
+from backends.vllm_args import kv_events_json, server_flags, worker_argv, worker_env
 
 PY = "/venv/bin/python"
 CPU_BASE = dict(model="/models/smol", served_model_name="smollm2", port=8001, device="cpu",
@@ -25,7 +27,9 @@ GPU_TP2_ARGV = [
     "--block-size", "16", "--prefix-caching-hash-algo", "sha256_cbor", "--enable-chunked-prefill",
     "--max-num-batched-tokens", "8192", "--max-num-seqs", "64", "--gpu-memory-utilization", "0.9",
     "--tensor-parallel-size", "2", "--enable-prompt-tokens-details",
-    "--reasoning-parser", "deepseek_r1", "--disable-log-requests",
+    "--reasoning-parser", "deepseek_r1", "--kv-events-config",
+    '{"enable_kv_cache_events":true,"endpoint":"tcp://*:5557","publisher":"zmq","topic":"kv-events"}',
+    "--no-enable-log-requests",
 ]
 
 ARGV_CASES = [
@@ -42,7 +46,8 @@ ARGV_CASES = [
              host="0.0.0.0", port=9000, kv_cache_dtype="fp8_e4m3", max_model_len=32768,
              block_size=16, prefix_caching_hash_algo="sha256_cbor", max_num_batched_tokens=8192,
              max_num_seqs=64, gpu_memory_utilization=0.9, tensor_parallel_size=2,
-             reasoning_parser="deepseek_r1", extra_args=("--disable-log-requests",),
+             reasoning_parser="deepseek_r1", kv_events_config=kv_events_json(),
+             extra_args=("--no-enable-log-requests",),
              device="gpu", cuda_visible_devices="2,3", launcher="vllm-serve"),
         GPU_TP2_ARGV,
         id="gpu-tp2-reasoning",
@@ -59,6 +64,22 @@ def test_worker_argv_golden(fields: dict, expected: list[str]) -> None:
 def test_each_kv_cache_dtype_is_passed_through(dtype: str) -> None:
     argv = worker_argv(WorkerSpec(**CPU_BASE, kv_cache_dtype=dtype), PY)
     assert argv[argv.index("--kv-cache-dtype") + 1] == dtype
+
+
+@pytest.mark.parametrize(("fields", "expected"), ARGV_CASES)
+def test_server_flags_are_the_argv_after_the_model(fields: dict, expected: list[str]) -> None:
+    flags = server_flags(WorkerSpec(**fields))
+    assert flags[0] == "--served-model-name" and expected[-len(flags):] == flags
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({}, {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv-events"}),
+    ({"endpoint": "tcp://*:6000", "topic": "w1", "replay_endpoint": "tcp://*:6001"},
+     {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://*:6000", "topic": "w1",
+      "replay_endpoint": "tcp://*:6001"}),
+])
+def test_kv_events_json(kwargs: dict, expected: dict) -> None:
+    assert json.loads(kv_events_json(**kwargs)) == expected
 
 
 def test_extra_args_come_last() -> None:
@@ -119,6 +140,8 @@ BAD_CASES = [
     (dict(gpu_memory_utilization=0.9), "gpu_memory_utilization"),
     (dict(tensor_parallel_size=2), "tensor_parallel_size"),
     (dict(extra_args=("--x", 1)), "extra_args"),
+    (dict(kv_events_config="not json"), "kv_events_config"),
+    (dict(kv_events_config="[1]"), "kv_events_config"),
     (dict(device="gpu", cpu_omp_threads_bind="0"), "cpu_kvcache_space_gib"),
     (dict(device="gpu", cpu_kvcache_space_gib=None, cpu_omp_threads_bind="0"), "cpu_omp_threads_bind"),
     (dict(device="gpu", cpu_kvcache_space_gib=None, gpu_memory_utilization=1.5), "gpu_memory_utilization"),

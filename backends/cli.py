@@ -1,0 +1,348 @@
+"""[io] The ``kvgate`` subcommands of the backends: managed workers, the KV planner, the FP8 check.
+
+    kvgate workers up [--count N] [--config FILE] ...   run supervised vLLM workers (foreground)
+    kvgate workers status [--json]                      what `workers up` runs, from its status file
+    kvgate workers logs NAME [-n 40] [--follow]         a worker's log
+    kvgate workers down                                 stop `workers up` (drains, then stops)
+    kvgate plan MODEL [--kv-cache-dtype fp8] ...        KV bytes/token, tokens, blocks, concurrency
+    kvgate kv-check [--urls AUTO_URL FP8_URL]           FP8 vs auto KV cache on the eval set
+
+:func:`add_commands` registers them on ``kvgate``'s subparsers; each sets ``run=callable(args)->int``.
+Exit codes: 0 success, 1 failure (a worker error; kv-check: a regression above the limit),
+2 refused input (unknown attention type, bad option or file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from backends import paths
+from backends.errors import BackendError, PlanError
+from backends.spec import KV_CACHE_DTYPES
+
+Run = Callable[[argparse.Namespace], int]
+
+
+def _say(line: str) -> None:
+    print(f"[kvgate] {line}", file=sys.stderr, flush=True)
+
+
+def _guarded(run: Run) -> Run:
+    """Print a backends error as one line: exit 2 for refused input, 1 otherwise."""
+    def guarded(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except (PlanError, ValueError) as error:
+            print(f"kvgate: {error}", file=sys.stderr)
+            return 2
+        except BackendError as error:
+            print(f"kvgate: {error}", file=sys.stderr)
+            return 1
+    return guarded
+
+
+# -- kvgate plan ------------------------------------------------------------------------------
+def _plan(args: argparse.Namespace) -> int:
+    from backends.geometry import load_geometry, weights_bytes_on_disk
+    from backends.gpus import inventory
+    from backends.kv_capacity import DEFAULT_BLOCK_SIZE, GIB, cpu_budget, gpu_budget, plan
+
+    geometry = load_geometry(args.model)
+    tp = args.tensor_parallel_size
+    budget, device = None, "gpu"
+    if args.cpu_kvcache_space_gib is not None:
+        budget, device = cpu_budget(args.cpu_kvcache_space_gib), "cpu"
+    else:
+        memory = int(args.gpu_memory_gib * GIB) if args.gpu_memory_gib else None
+        if memory is None:
+            gpus = inventory()
+            memory = min(g.memory_total_bytes for g in gpus[:tp]) if len(gpus) >= tp else None
+        if memory is not None:
+            weights = (int(args.weights_gib * GIB) if args.weights_gib is not None
+                       else weights_bytes_on_disk(args.model) or (geometry.params or 0) * 2)
+            if not weights:
+                raise PlanError(f"{args.model}: weight size unknown (mixture of experts?): pass --weights-gib")
+            budget = gpu_budget(memory, args.gpu_memory_utilization, weights, tensor_parallel_size=tp,
+                                overhead_bytes=int(args.overhead_gib * GIB))
+    result = plan(geometry, kv_cache_dtype=args.kv_cache_dtype, max_model_len=args.max_model_len, budget=budget,
+                  block_size=args.block_size or DEFAULT_BLOCK_SIZE[device], tensor_parallel_size=tp)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else _plan_text(geometry, result))
+    return 0
+
+
+def _size(n: int) -> str:
+    """``13.1 GB, 12.2 GiB`` (decimal and binary units; MB below a gigabyte)."""
+    if n >= 10**9:
+        return f"{n / 1e9:.1f} GB, {n / 2**30:.1f} GiB"
+    return f"{n / 1e6:.1f} MB, {n / 2**20:.1f} MiB"
+
+
+def _plan_text(geometry: Any, p: Any) -> str:
+    def num(v: int | float | None, unit: str = "") -> str:
+        return "-" if v is None else f"{v:,}{unit}"
+    shape = (f"{geometry.num_layers} layers, latent {geometry.head_dim}" if p.attention == "mla" else
+             f"{geometry.num_layers} layers, {geometry.num_kv_heads} KV heads x {geometry.head_dim}")
+    per_rank = f" ({p.bytes_per_token_per_rank:,} per GPU, TP {p.tensor_parallel_size})" if p.tensor_parallel_size > 1 else ""
+    rows = [("model", f"{p.model} ({p.attention.upper()}: {shape})"), ("kv cache dtype", p.kv_cache_dtype),
+            ("bytes per token", f"{p.bytes_per_token:,}{per_rank}")]
+    if p.context_bytes:
+        rows.append(("one sequence", f"{p.max_model_len:,} tokens = {p.context_bytes:,} bytes "
+                                     f"({_size(p.context_bytes)})"))
+    if p.kv_cache_tokens is None:
+        rows.append(("capacity", "give --gpu-memory-gib or --cpu-kvcache-space-gib (no GPU found)"))
+    else:
+        rows += [("KV memory", f"{_size(p.kv_cache_bytes)} ({p.budget})"),
+                 ("blocks", f"{num(p.num_blocks)} x {p.block_size} tokens"), ("KV tokens", num(p.kv_cache_tokens)),
+                 ("concurrent seqs", f"{num(p.max_concurrent_sequences)} of {p.max_model_len:,} tokens "
+                                     f"({p.max_concurrency}x)")]
+    return "\n".join(f"{k:<16} {v}" for k, v in rows)
+
+
+# -- kvgate kv-check --------------------------------------------------------------------------
+def _kv_check(args: argparse.Namespace) -> int:
+    from backends.evalset import load_eval
+    from backends.kv_check import compare, format_disagreements, format_table
+
+    items = load_eval(args.eval)[: args.limit]
+    baseline, candidate = asyncio.run(_kv_check_runs(args, items))
+    result = compare(baseline, candidate, max_accuracy_drop=args.max_accuracy_drop, min_agreement=args.min_agreement)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2), flush=True)
+    else:
+        print(format_table(result) + "\n\n" + format_disagreements(result), flush=True)
+    return 0 if result.passed else 1
+
+
+async def _kv_check_runs(args: argparse.Namespace, items: list[Any]) -> tuple[Any, Any]:
+    from backends.kv_check_run import Target, run_pair, start_pair
+    from backends.runtime import prepare_runtime
+
+    dtypes = (args.baseline_dtype, args.candidate_dtype)
+    if args.urls:
+        targets = [Target(dtype, url.rstrip("/").removesuffix("/v1"), args.model, dtype)
+                   for dtype, url in zip(dtypes, args.urls, strict=True)]
+        return await run_pair(*targets, items, max_tokens=args.max_tokens)
+    runtime = await asyncio.to_thread(prepare_runtime, log=_say)
+    _say(f"starting two workers ({dtypes[0]} and {dtypes[1]} KV cache); about 30-60 s")
+    async with start_pair(runtime, dtypes, cpu_count=os.cpu_count() or 1) as (base, cand):
+        _say(f"asking {len(items)} questions, greedy, alternating between {base.origin} and {cand.origin}")
+        return await run_pair(base, cand, items, max_tokens=args.max_tokens)
+
+
+# -- kvgate workers ---------------------------------------------------------------------------
+def _workers_up(args: argparse.Namespace) -> int:
+    return asyncio.run(_workers_up_async(args))
+
+
+def _worker_specs(args: argparse.Namespace, model: str, served: str) -> list[tuple[str, Any]]:
+    from backends.gpus import inventory
+    from backends.workers_file import load_workers_file, plan_workers
+
+    document = load_workers_file(args.config) if args.config else None
+    base: dict[str, Any] = {"model": model, "served_model_name": served, "kv_cache_dtype": args.kv_cache_dtype,
+                            "max_model_len": args.max_model_len, "enforce_eager": args.enforce_eager}
+    if args.tensor_parallel_size != 1:
+        base["tensor_parallel_size"] = args.tensor_parallel_size
+    gpus = inventory() if args.device in ("auto", "gpu") else []
+    if args.device == "gpu" and not gpus:
+        raise BackendError("--device gpu: nvidia-smi found no GPU")
+    if gpus:
+        base["launcher"] = "vllm-serve"
+    return plan_workers(base, document, count=args.count, gpus=gpus, cpu_count=os.cpu_count() or 1,
+                        first_port=args.first_port, cpu_kvcache_space_gib=args.cpu_kvcache_space_gib)
+
+
+async def _workers_up_async(args: argparse.Namespace) -> int:
+    from backends.runtime import prepare_runtime
+    from backends.state_file import StateFile
+    from backends.supervisor import VllmRunner, WorkerSupervisor
+
+    if args.model and args.worker_python:
+        python, model, served = Path(args.worker_python), args.model, args.served_model_name or Path(args.model).name
+    else:
+        runtime = await asyncio.to_thread(prepare_runtime, log=_say)
+        python, model, served = runtime.worker_python, str(runtime.model_dir), runtime.served_model_name
+    specs = _worker_specs(args, model, served)
+    state = StateFile(paths.workers_state_file())
+    supervisor = WorkerSupervisor(specs, VllmRunner(python), listeners=[state, _Announcer()])
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await supervisor.start()
+        _say(f"supervising {len(specs)} worker(s); Ctrl-C or `kvgate workers down` drains and stops them")
+        await stop.wait()
+        _say("stopping: draining, then stopping every worker")
+    finally:
+        await supervisor.stop()
+        state.remove()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    return 0
+
+
+class _Announcer:
+    """Prints each worker's phase changes."""
+
+    async def worker_changed(self, status: Any) -> None:
+        extra = ""
+        if status.phase.value == "ready":
+            cap = status.kv_capacity()
+            extra = (f" at {status.base_url} (KV tokens planned {cap['planned_tokens'] or '-'}, "
+                     f"reported {cap['reported_tokens'] or '-'})")
+        elif status.phase.value == "failed":
+            extra = f": {status.last_error}" + ("" if status.gave_up else f"; retry in {status.retry_in_s:.0f} s")
+        _say(f"worker {status.name}: {status.phase.value}{extra}")
+
+    async def drain(self, status: Any, timeout_s: float) -> None:
+        """Nothing to drain."""
+
+
+def _read_state(required: bool = True) -> dict[str, Any] | None:
+    from backends.state_file import read_state
+
+    state = read_state(paths.workers_state_file())
+    if state is None and required:
+        raise BackendError(f"no workers are running (no {paths.workers_state_file()}); start them with `kvgate workers up`")
+    return state
+
+
+def _workers_status(args: argparse.Namespace) -> int:
+    from backends.state_file import supervisor_alive
+    from backends.worker_status import format_table
+
+    state = _read_state()
+    assert state is not None
+    alive = supervisor_alive(state)
+    if args.json:
+        print(json.dumps({**state, "supervisor_alive": alive}, indent=2))
+        return 0
+    print(format_table(state.get("workers", [])))
+    if not alive:
+        print(f"(supervisor pid {state.get('supervisor_pid')} is not running: last known state)")
+    return 0
+
+
+def _workers_logs(args: argparse.Namespace) -> int:
+    from backends.process import tail_lines
+
+    state = _read_state(required=False) or {}
+    row = next((w for w in state.get("workers", []) if w.get("name") == args.name), {})
+    path = Path(row.get("log_path") or paths.logs_dir() / f"{args.name}.log")
+    if not path.exists():
+        raise BackendError(f"no log for worker {args.name!r} at {path}")
+    print(tail_lines(path, args.lines), flush=True)
+    if args.follow:
+        with contextlib.suppress(KeyboardInterrupt), open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            while True:
+                chunk = f.read()
+                if chunk:
+                    sys.stdout.write(chunk.decode(errors="replace"))
+                    sys.stdout.flush()
+                else:
+                    time.sleep(0.5)
+    return 0
+
+
+def _workers_down(args: argparse.Namespace) -> int:
+    from backends.state_file import supervisor_alive
+
+    state = _read_state()
+    assert state is not None
+    pid = state.get("supervisor_pid")
+    if not isinstance(pid, int) or not supervisor_alive(state):
+        _say(f"supervisor pid {pid} is not running; nothing to stop")
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + args.timeout
+    while supervisor_alive(state) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if supervisor_alive(state):
+        raise BackendError(f"supervisor pid {pid} still running after {args.timeout:g} s")
+    _say(f"supervisor pid {pid} drained and stopped its workers")
+    return 0
+
+
+# -- registration -----------------------------------------------------------------------------
+def add_commands(subparsers: Any) -> None:
+    """Add ``workers``, ``plan`` and ``kv-check`` to ``kvgate``'s subparsers."""
+    _add_workers(subparsers)
+    _add_plan(subparsers)
+    _add_kv_check(subparsers)
+
+
+def _add_workers(subparsers: Any) -> None:
+    workers = subparsers.add_parser("workers", help="supervised vLLM workers: up, status, logs, down")
+    actions = workers.add_subparsers(dest="workers_command", required=True)
+    up = actions.add_parser("up", help="run supervised workers in the foreground (restart on crash)")
+    up.add_argument("--count", type=int, default=1, help="workers (default 1; a --config file's [[workers]] win)")
+    up.add_argument("--config", help="TOML file: [defaults] and [[workers]] (WorkerSpec fields)")
+    up.add_argument("--kv-cache-dtype", default="fp8", choices=KV_CACHE_DTYPES)
+    up.add_argument("--first-port", type=int, default=8001, help="port of the first worker (default 8001)")
+    up.add_argument("--max-model-len", type=int, default=2048)
+    up.add_argument("--cpu-kvcache-space-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE on CPU hosts")
+    up.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs per worker (GPU hosts)")
+    up.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=True)
+    up.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto", help="auto: GPUs if nvidia-smi sees any")
+    up.add_argument("--model", help="model directory or id (with --worker-python; default: prepared SmolLM2)")
+    up.add_argument("--served-model-name")
+    up.add_argument("--worker-python", help="python of a venv with vLLM (default: the prepared worker venv)")
+    up.set_defaults(run=_guarded(_workers_up))
+    status = actions.add_parser("status", help="workers run by `kvgate workers up`")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(run=_guarded(_workers_status))
+    logs = actions.add_parser("logs", help="print a worker's log")
+    logs.add_argument("name")
+    logs.add_argument("-n", "--lines", type=int, default=40)
+    logs.add_argument("-f", "--follow", action="store_true")
+    logs.set_defaults(run=_guarded(_workers_logs))
+    down = actions.add_parser("down", help="drain and stop the workers of `kvgate workers up`")
+    down.add_argument("--timeout", type=float, default=120.0)
+    down.set_defaults(run=_guarded(_workers_down))
+
+
+def _add_plan(subparsers: Any) -> None:
+    from backends.kv_capacity import KV_DTYPE_BYTES
+    from backends.model_presets import PRESETS
+
+    plan = subparsers.add_parser("plan", help="KV cache capacity of a model (bytes/token, tokens, sequences)")
+    plan.add_argument("model", help=f"model directory, config.json, or preset: {', '.join(PRESETS)}")
+    plan.add_argument("--kv-cache-dtype", default="fp8", choices=tuple(KV_DTYPE_BYTES))
+    plan.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
+    plan.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    plan.add_argument("--gpu-memory-gib", type=float, help="memory of one GPU (default: nvidia-smi)")
+    plan.add_argument("--cpu-kvcache-space-gib", type=float, help="plan for vLLM-CPU with this VLLM_CPU_KVCACHE_SPACE")
+    plan.add_argument("--tensor-parallel-size", type=int, default=1)
+    plan.add_argument("--block-size", type=int, help="KV block size (default 16 on GPU, 128 on CPU)")
+    plan.add_argument("--weights-gib", type=float, help="weights size (default: *.safetensors, else estimated)")
+    plan.add_argument("--overhead-gib", type=float, default=2.0, help="activations, CUDA graphs... per GPU (default 2)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.set_defaults(run=_guarded(_plan))
+
+
+def _add_kv_check(subparsers: Any) -> None:
+    check = subparsers.add_parser("kv-check", help="FP8 KV cache regression check on two workers (auto vs fp8)")
+    check.add_argument("--urls", nargs=2, metavar=("BASELINE_URL", "CANDIDATE_URL"),
+                       help="use running workers (default: start two local vLLM-CPU workers)")
+    check.add_argument("--model", default="smollm2", help="served model name (with --urls)")
+    check.add_argument("--baseline-dtype", default="auto", choices=KV_CACHE_DTYPES)
+    check.add_argument("--candidate-dtype", default="fp8", choices=KV_CACHE_DTYPES)
+    check.add_argument("--eval", help="JSONL eval set (default: the packaged one)")
+    check.add_argument("--limit", type=int, help="ask only the first N questions")
+    check.add_argument("--max-tokens", type=int, default=24)
+    check.add_argument("--max-accuracy-drop", type=float, default=0.05, help="fraction (default 0.05 = 5 points)")
+    check.add_argument("--min-agreement", type=float, default=0.0, help="minimum same-verdict share (default 0)")
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(run=_guarded(_kv_check))

@@ -1,0 +1,85 @@
+"""The admin API of managed vLLM workers, under ``/admin/workers`` (admin key required).
+
+Present when the gateway runs a worker supervisor (``kvgate up``; ``Container.supervisor``);
+otherwise every route answers 404 (no managed workers). Routes:
+
+    ``GET /admin/workers``: every worker with its lifecycle phase, URL, pid, restarts, last
+    error, KV capacity (planned beside reported, with their relative error) and, when it is
+    in the registry, its endpoint's health, draining flag and in-flight count.
+    ``GET /admin/workers/{name}``: one worker, same shape.
+    ``POST /admin/workers/{name}/restart``: drain (bounded), stop, relaunch; 202 at once.
+    ``POST /admin/workers/{name}/drain``: drain and stop; it stays stopped; 202 at once.
+    ``POST /admin/workers/{name}/start``: start a stopped or failed worker; 202 at once.
+
+A 202 body is the worker's status when the request was accepted; follow its progress with GET.
+Unknown workers get 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from gateway.api.admin import require_admin
+from gateway.errors import NotFoundError
+
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Missing or wrong admin key"},
+    404: {"description": "Admin API disabled, no managed workers, or no such worker"},
+}
+router = APIRouter(prefix="/admin/workers", tags=["admin"], dependencies=[Depends(require_admin)],
+                   responses=_RESPONSES)
+
+
+def _supervisor(request: Request) -> Any:
+    supervisor = getattr(request.app.state.container, "supervisor", None)
+    if supervisor is None:
+        raise NotFoundError("No managed workers: this gateway runs no worker supervisor (see `kvgate up`).")
+    return supervisor
+
+
+def _row(request: Request, status: Any) -> dict[str, Any]:
+    row = status.to_dict()
+    endpoint = request.app.state.container.registry.find(status.name)
+    row["endpoint"] = None if endpoint is None else {
+        "cluster": endpoint.spec.cluster, "health": endpoint.health.value,
+        "draining": endpoint.draining, "in_flight": endpoint.in_flight,
+    }
+    return row
+
+
+def _supervisor_of(request: Request, name: str) -> Any:
+    supervisor = _supervisor(request)
+    if name not in supervisor.names():
+        raise NotFoundError(f"No managed worker named `{name}`.")
+    return supervisor
+
+
+def _accepted(request: Request, status: Any) -> Response:
+    return request.app.state.container.json(_row(request, status), status=202)
+
+
+@router.get("", summary="List managed workers")
+async def list_workers(request: Request) -> dict[str, Any]:
+    return {"data": [_row(request, status) for status in _supervisor(request).statuses()]}
+
+
+@router.get("/{name}", summary="One managed worker")
+async def get_worker(request: Request, name: str) -> dict[str, Any]:
+    return _row(request, _supervisor_of(request, name).status(name))
+
+
+@router.post("/{name}/restart", status_code=202, summary="Drain, stop and relaunch a worker")
+async def restart_worker(request: Request, name: str) -> Response:
+    return _accepted(request, _supervisor_of(request, name).restart(name))
+
+
+@router.post("/{name}/drain", status_code=202, summary="Drain and stop a worker")
+async def drain_worker(request: Request, name: str) -> Response:
+    return _accepted(request, _supervisor_of(request, name).drain(name))
+
+
+@router.post("/{name}/start", status_code=202, summary="Start a stopped or failed worker")
+async def start_worker(request: Request, name: str) -> Response:
+    return _accepted(request, _supervisor_of(request, name).start_worker(name))

