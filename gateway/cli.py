@@ -5,6 +5,9 @@
                                    gateway in front of them; Ctrl-C or SIGTERM stops everything
     kvgate prepare                 install the worker venv and prepare the model, then exit
     kvgate sim --port PORT         a simulated vLLM worker (backends/sim)
+    kvgate workers up|down|status|logs   supervised vLLM workers (backends/cli.py)
+    kvgate plan MODEL              KV-cache capacity planner
+    kvgate kv-check                FP8 vs auto KV-cache regression check on two workers
 
 Exit codes: 0 normal stop, 2 bad configuration or arguments, 1 anything else.
 """
