@@ -16,10 +16,11 @@ from backends.vllm_args import worker_argv
 from gateway.settings import build_settings
 
 from .argv import parse_vllm_serve
-from .tools import REPO, output, run, tool
+from .tools import REPO, output, run, settings_key, tool
 
 COMPOSE = REPO / "deploy" / "compose" / "compose.yaml"
 KEYS = '["sk-compose-test"]'
+ADMIN_KEY = "admin-compose-test"
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -28,12 +29,30 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def compose() -> dict:
-    result = run([tool("docker-compose"), "-f", str(COMPOSE), "config", "--format", "json"],
-                 env=_env(KVGATE_API_KEYS=KEYS))
+def _compose_config(**env: str) -> dict:
+    result = run([tool("docker-compose"), "-f", str(COMPOSE), "config", "--format", "json"], env=_env(**env))
     assert result.returncode == 0, output(result)
     return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return _compose_config(KVGATE_API_KEYS=KEYS, KVGATE_ADMIN_KEY=ADMIN_KEY)
+
+
+def _gateway_settings(compose: dict, monkeypatch: pytest.MonkeyPatch):
+    """kvgate.toml through kvgate's loader with the gateway service's environment applied."""
+    for name in [n for n in os.environ if n.startswith("KVGATE")]:
+        monkeypatch.delenv(name)
+    gateway = compose["services"]["gateway"]
+    for name, value in gateway["environment"].items():
+        if name.startswith("KVGATE__"):
+            assert settings_key(name), f"{name} is no key of kvgate's settings"
+        monkeypatch.setenv(name, value)
+    config = gateway["configs"][0]
+    assert config["target"] == "/etc/kvgate/config.toml"
+    path = compose["configs"][config["source"]]["file"]
+    return build_settings(tomllib.loads(Path(path).read_text(encoding="utf-8")))
 
 
 def test_compose_config_is_valid():
@@ -54,7 +73,9 @@ def test_services(compose):
     assert gateway["build"]["dockerfile"] == "deploy/docker/Dockerfile"
     assert gateway["user"] == "10001:10001" and gateway["read_only"] is True
     assert gateway["environment"]["KVGATE__AUTH__API_KEYS"] == KEYS
-    assert gateway["environment"]["KVGATE_REDIS_URL"].startswith("redis://redis:6379")
+    assert gateway["environment"]["KVGATE__ADMIN__API_KEY"] == ADMIN_KEY
+    assert gateway["environment"]["KVGATE__STATE__REDIS_URL"].startswith("redis://redis:6379")
+    assert not [n for n in gateway["environment"] if n.startswith(("KVGATE_ADMIN", "KVGATE_REDIS"))]
     assert [p["target"] for p in gateway["ports"]] == [8080]
     for name in ("redis", "worker-reasoning", "worker-fast"):
         assert not services[name].get("ports"), f"{name} must not be published"
@@ -68,14 +89,36 @@ def test_services(compose):
     assert sorted(gpus) == ["0", "1"], "one GPU per worker"
 
 
+def test_gateway_settings_admin_key_and_redis_state(compose, monkeypatch):
+    settings = _gateway_settings(compose, monkeypatch)
+    assert settings.admin.api_key is not None and settings.admin.api_key.get_secret_value() == ADMIN_KEY
+    assert settings.state.backend == "redis"
+    url = urlsplit(settings.state.redis_url or "")
+    assert (url.scheme, url.port) == ("redis", 6379)
+    redis = compose["services"][url.hostname]
+    assert redis["image"].startswith("redis:") and "redis" in compose["services"]["gateway"]["depends_on"]
+    assert [c.tier for c in settings.clusters.values()] == ["reasoning", "fast"]
+    assert settings.models["deepseek-r1"].failover == ["fast"]
+    assert settings.health.probe == "health" and settings.routing.policy == "prefix-aware"
+
+
+def test_admin_api_is_off_without_an_admin_key(monkeypatch):
+    settings = _gateway_settings(_compose_config(KVGATE_API_KEYS=KEYS), monkeypatch)
+    assert settings.admin.api_key is not None and settings.admin.api_key.get_secret_value() == ""
+    assert settings.state.backend == "redis"
+
+
+def test_context_limits_match_the_workers(compose, monkeypatch):
+    settings = _gateway_settings(compose, monkeypatch)
+    for cluster in settings.clusters.values():
+        for endpoint in cluster.endpoints:
+            worker = compose["services"][urlsplit(endpoint.url).hostname]
+            argv = worker["entrypoint"] + worker["command"]
+            assert cluster.max_context_tokens == int(argv[argv.index("--max-model-len") + 1])
+
+
 def test_gateway_config_names_each_worker(compose, monkeypatch):
-    for name in [n for n in os.environ if n.startswith("KVGATE__")]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("KVGATE__AUTH__API_KEYS", KEYS)
-    config = compose["services"]["gateway"]["configs"][0]
-    assert config["target"] == "/etc/kvgate/config.toml"
-    path = compose["configs"][config["source"]]["file"]
-    settings = build_settings(tomllib.loads(Path(path).read_text(encoding="utf-8")))
+    settings = _gateway_settings(compose, monkeypatch)
     assert settings.server.host == "0.0.0.0"
     for cluster in settings.clusters.values():
         for endpoint in cluster.endpoints:

@@ -1,20 +1,25 @@
 """deploy/systemd: `systemd-analyze verify` accepts both units (only the absent binaries of this
-machine are reported), the gateway unit is hardened, and the worker unit runs the flags kvgate's
-worker spec emits and kills the whole process tree."""
+machine are reported), the gateway unit is hardened, its environment file names only keys kvgate
+reads, and the worker unit runs the flags kvgate's worker spec emits and kills the whole process
+tree."""
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from backends.spec import WorkerSpec
 from backends.vllm_args import worker_argv
+from gateway.settings import build_settings
 
-from .tools import REPO
+from .tools import REPO, settings_key
 
 SYSTEMD = REPO / "deploy" / "systemd"
 UNITS = {"kvgate.service": "kvgate.service", "kvgate-worker@.service": "kvgate-worker@reasoning-0.service"}
@@ -72,3 +77,31 @@ def test_worker_unit_runs_the_worker_specs_flags():
     argv = ["vllm"] + [variables.get(a, a) for a in argv[1:-1]]
     spec = WorkerSpec(model="m", served_model_name="s", port=8001, device="gpu", launcher="vllm-serve")
     assert argv == worker_argv(spec, python="python")
+
+
+def test_env_example_configures_kvgate(monkeypatch):
+    """Every KVGATE__ variable in kvgate.env.example (set or commented out) is a key kvgate reads,
+    and with all of them set, config.example.toml loads with the admin key and Redis state."""
+    for name in [n for n in os.environ if n.startswith("KVGATE")]:
+        monkeypatch.delenv(name)
+    variables: dict[str, str] = {}
+    for line in (SYSTEMD / "kvgate.env.example").read_text().splitlines():
+        line = line.lstrip("# ").strip()
+        name, sep, value = line.partition("=")
+        if sep and re.fullmatch(r"[A-Z][A-Z0-9_]*", name):
+            variables[name] = value
+    kvgate = {n: v for n, v in variables.items() if n.startswith("KVGATE")}
+    assert {"KVGATE__AUTH__API_KEYS", "KVGATE__ADMIN__API_KEY", "KVGATE__STATE__BACKEND",
+            "KVGATE__STATE__REDIS_URL"} <= set(kvgate)
+    for name, value in kvgate.items():
+        assert settings_key(name), f"kvgate reads no {name}"
+        monkeypatch.setenv(name, value)
+    settings = build_settings(tomllib.loads((REPO / "config.example.toml").read_text()))
+    assert settings.admin.api_key is not None and settings.admin.api_key.get_secret_value()
+    assert settings.state.backend == "redis" and settings.state.redis_url
+
+
+def test_gateway_unit_names_only_variables_kvgate_reads():
+    text = (SYSTEMD / "kvgate.service").read_text()
+    names = set(re.findall(r"\bKVGATE_[A-Z0-9_]+", text))
+    assert names and all(settings_key(n) for n in names), names

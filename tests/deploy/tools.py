@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -141,3 +142,53 @@ def container(workload: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 def env_map(ctr: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in ctr.get("env", [])}
+
+
+# --- environment: Kubernetes substitution, kvgate's KVGATE__ names --------------------------------
+
+_K8S_REF = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
+
+
+def resolved_env(ctr: Mapping[str, Any], secrets: Mapping[str, str]) -> dict[str, str]:
+    """The container's environment as the kubelet builds it: Secret-sourced variables take
+    ``secrets[name]`` (a placeholder per variable name), and ``$(VAR)`` in a ``value`` is replaced
+    by an earlier variable's value (``$$`` escapes; unknown references stay as written)."""
+    env: dict[str, str] = {}
+    for var in ctr.get("env", []):
+        name = var["name"]
+        if "value" in var:
+            def _sub(match: re.Match[str]) -> str:
+                if match.group(0) == "$$":
+                    return "$"
+                return env.get(match.group(1), match.group(0))
+            env[name] = _K8S_REF.sub(_sub, str(var["value"]))
+        else:
+            assert set(var["valueFrom"]) == {"secretKeyRef"}, name
+            env[name] = secrets[name]
+    return env
+
+
+def settings_key(name: str) -> str | None:
+    """The dotted settings path a ``KVGATE__SECTION__KEY`` variable sets in kvgate's Settings, or
+    None when kvgate reads no such key (a placeholder name that configures nothing)."""
+    from pydantic import BaseModel
+
+    from gateway.settings import Settings
+
+    if not name.startswith("KVGATE__"):
+        return None
+    model: type[BaseModel] = Settings
+    parts = name.removeprefix("KVGATE__").lower().split("__")
+    for index, part in enumerate(parts):
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        annotation = field.annotation
+        if index == len(parts) - 1:
+            return ".".join(parts)
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        nested = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        if not nested:
+            return None
+        model = nested[0]
+    return None

@@ -132,14 +132,31 @@ the two), then --kv-events-config, then extraArgs. Call with (dict "name" NAME "
 {{- toYaml $args -}}
 {{- end -}}
 
-{{/* Redis URL the gateway uses (empty when redis.mode is disabled). */}}
+{{/*
+The value of KVGATE__STATE__REDIS_URL (empty when redis.mode is disabled). kvgate hands it to
+redis-py's from_url, which takes credentials only inside the URL and TLS options as query
+parameters. The password is never written here: the URL refers to $(REDIS_PASSWORD), an
+environment variable from the Secret defined just before it, which Kubernetes substitutes when
+it starts the container. The CA bundle (rediss:// only) is ?ssl_ca_certs=<mounted file>.
+*/}}
 {{- define "kvgate.redisUrl" -}}
+{{- $secret := include "kvgate.redisPasswordSecret" . -}}
 {{- if eq .Values.redis.mode "internal" -}}
-{{- printf "redis://%s-redis.%s.svc.%s:6379/0" (include "kvgate.fullname" .) .Release.Namespace .Values.clusterDomain -}}
+{{- $auth := ternary ":$(REDIS_PASSWORD)@" "" (ne $secret "") -}}
+{{- printf "redis://%s%s-redis.%s.svc.%s:6379/0" $auth (include "kvgate.fullname" .) .Release.Namespace .Values.clusterDomain -}}
 {{- else if eq .Values.redis.mode "external" -}}
-{{- .Values.redis.external.url -}}
+{{- $ext := .Values.redis.external -}}
+{{- $scheme := ternary "rediss" "redis" (hasPrefix "rediss://" $ext.url) -}}
+{{- $rest := trimPrefix (printf "%s://" $scheme) $ext.url -}}
+{{- $auth := ternary (printf "%s:$(REDIS_PASSWORD)@" $ext.username) "" (ne $secret "") -}}
+{{- $query := "" -}}
+{{- if $ext.tls.caSecret -}}{{- $query = printf "?ssl_ca_certs=%s/%s" (include "kvgate.redisCaDir" .) $ext.tls.caKey -}}{{- end -}}
+{{- printf "%s://%s%s%s" $scheme $auth $rest $query -}}
 {{- end -}}
 {{- end -}}
+
+{{/* Where the external Redis CA bundle Secret is mounted in the gateway container. */}}
+{{- define "kvgate.redisCaDir" -}}/var/run/kvgate/redis-ca{{- end -}}
 
 {{/* Secret holding the Redis password, or empty. */}}
 {{- define "kvgate.redisPasswordSecret" -}}
@@ -198,6 +215,58 @@ templates/validate.yaml turns them into a failed render (and a failed lint).
 {{- end -}}
 {{- if and .Values.redis.external.tls.caSecret (not (hasPrefix "rediss://" .Values.redis.external.url)) -}}
 {{- $errors = append $errors "redis.external.tls.caSecret: set only with a rediss:// (TLS) URL" -}}
+{{- end -}}
+{{- if and (eq .Values.redis.mode "external") .Values.redis.external.username (not .Values.redis.external.existingSecret) -}}
+{{- $errors = append $errors "redis.external.username: needs redis.external.existingSecret (the user's password)" -}}
+{{- end -}}
+{{- $gw := .Values.gateway -}}
+{{- if and (eq .Values.redis.mode "disabled") (or $gw.autoscaling.enabled (gt (int $gw.replicaCount) 1)) -}}
+{{- $errors = append $errors (printf "redis.mode disabled needs one gateway replica (replicaCount %d, autoscaling %t): replicas share the prefix index, admin changes, keys and quotas through Redis; use redis.mode internal or external" (int $gw.replicaCount) $gw.autoscaling.enabled) -}}
+{{- end -}}
+{{- /* Cluster references: failover chains, routes and models name clusters that exist. */ -}}
+{{- $known := dict -}}
+{{- range $name := (include "kvgate.enabledClusters" . | fromYamlArray) -}}{{- $_ := set $known $name true -}}{{- end -}}
+{{- range $name, $c := .Values.config.clusters -}}{{- $_ := set $known $name true -}}{{- end -}}
+{{- $tiered := false -}}
+{{- $public := list -}}
+{{- range $name, $c := .Values.workers.clusters -}}
+{{- if $c.enabled -}}
+{{- if $c.tier -}}{{- $tiered = true -}}{{- end -}}
+{{- $public = concat $public (list $c.servedModelName) ($c.aliases | default list) -}}
+{{- range $target := $c.failover -}}
+{{- if or (not (hasKey $known $target)) (eq $target $name) -}}
+{{- $errors = append $errors (printf "workers.clusters.%s.failover: %q is not another enabled worker cluster or a config.clusters entry" $name $target) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $c := .Values.config.clusters -}}
+{{- if $c.tier -}}{{- $tiered = true -}}{{- end -}}
+{{- end -}}
+{{- range $name, $r := .Values.config.routes -}}
+{{- range $target := $r.clusters -}}
+{{- if not (hasKey $known $target) -}}
+{{- $errors = append $errors (printf "config.routes.%s.clusters: unknown cluster %q (neither an enabled worker cluster nor a config.clusters entry)" $name $target) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $m := .Values.config.models -}}
+{{- $public = concat $public (list $name) ($m.aliases | default list) -}}
+{{- if and $m.route (not (hasKey $.Values.config.routes $m.route)) -}}
+{{- $errors = append $errors (printf "config.models.%s.route: unknown route %q (see config.routes)" $name $m.route) -}}
+{{- end -}}
+{{- range $target := concat (compact (list ($m.cluster | default ""))) ($m.failover | default list) -}}
+{{- if not (hasKey $known $target) -}}
+{{- $errors = append $errors (printf "config.models.%s: unknown cluster %q (neither an enabled worker cluster nor a config.clusters entry)" $name $target) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $tiered -}}
+{{- range $alias := list "auto" "reasoning" "fast" -}}
+{{- if has $alias $public -}}
+{{- $errors = append $errors (printf "model name %q is a route selection alias once a cluster has a tier; choose another servedModelName, model name or alias" $alias) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- toYaml $errors -}}
 {{- end -}}
