@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
@@ -95,13 +96,36 @@ def _progress(line: str) -> None:
     print(f"[kvgate] {line}", file=sys.stderr, flush=True)
 
 
+LOCAL_MAX_MODEL_LEN = 2048  # kvgate up starts its workers with --max-model-len 2048
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Fail fast, before minutes of worker start-up, if the gateway's port is taken.
+
+    Raises:
+        ConfigError: the address is in use or cannot be bound.
+    """
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise ConfigError(f"--port {port}: cannot listen on {host}:{port}: {error.strerror}") from None
+
+
 def up_settings(args: argparse.Namespace, workers: Sequence[Any], served_model: str) -> Settings:
     """Settings for ``kvgate up``: one ``fast`` cluster of the local workers, plus env overrides."""
     endpoints = [{"name": worker.name, "url": worker.base_url, "model": served_model} for worker in workers]
     return build_settings(
         {
             "server": {"host": args.host, "port": args.port},
-            "clusters": {"fast": {"description": "local vLLM-CPU workers", "endpoints": endpoints}},
+            "clusters": {
+                "fast": {
+                    "description": "local vLLM-CPU workers",
+                    "endpoints": endpoints,
+                    "max_context_tokens": LOCAL_MAX_MODEL_LEN,  # the workers' --max-model-len
+                }
+            },
             "models": {served_model: {"cluster": "fast", "aliases": ["default"]}},
             "health": {"interval_s": 2.0},
         }
@@ -133,10 +157,14 @@ async def _up_async(args: argparse.Namespace) -> int:
     assert main is not None
     for signum in (signal.SIGINT, signal.SIGTERM):  # until uvicorn installs its own handlers
         loop.add_signal_handler(signum, main.cancel)
+    settings = up_settings(args, [], "smollm2")  # validates --host/--port and the environment early
+    _check_port_free(settings.server.host, settings.server.port)
     runtime = await asyncio.to_thread(prepare_runtime, log=_progress)
     settings = up_settings(args, [], runtime.served_model_name)  # endpoints come from the supervisor
     app = create_app(settings)
-    supervisor = local_supervisor(runtime, count=args.workers, kv_cache_dtype=args.kv_cache_dtype, log=_progress)
+    supervisor = local_supervisor(
+        runtime, count=args.workers, kv_cache_dtype=args.kv_cache_dtype, max_model_len=LOCAL_MAX_MODEL_LEN, log=_progress
+    )
     await supervisor.subscribe(ManagedEndpoints.for_settings(app.state.container.registry, settings, "fast"))
     app.state.container.supervisor = supervisor  # /admin/workers
     async with supervisor:  # ready workers join the "fast" cluster; crashed ones are restarted

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsError, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gateway.routing.config import RoutingSettings, StateSettings
 from gateway.routes.config import ClusterSelectionSettings, SelectionSettings, ThinkingSwitch, Tier, check_alias_names
@@ -390,6 +390,8 @@ def build_settings(data: dict[str, Any] | None = None) -> Settings:
         return Settings(**(data or {}))
     except ValidationError as error:
         raise ConfigError(_format_errors(error)) from None
+    except SettingsError as error:  # a KVGATE__* variable that should hold JSON does not
+        raise ConfigError(f"invalid configuration: {error}; lists and tables in KVGATE__* variables are JSON") from None
 
 
 def load_settings(path: str | Path | None) -> Settings:

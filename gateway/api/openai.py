@@ -13,6 +13,7 @@ renders.
 from __future__ import annotations
 
 from fastapi import Request, Response
+from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 
 from gateway.errors import GatewayError, PayloadTooLargeError
@@ -33,11 +34,14 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise PayloadTooLargeError(f"Request body of {declared} bytes exceeds the limit of {limit} bytes.")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes.")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes.")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientDisconnected() from None
     return b"".join(chunks)
 
 
@@ -46,7 +50,10 @@ async def inference(request: Request, operation: Operation) -> Response:
     container = request.app.state.container
     gate = container.ops.gate
     key = gate.authenticate(request.headers.get("authorization"))
-    raw = await read_body(request, container.settings.server.max_body_bytes)
+    try:
+        raw = await read_body(request, container.settings.server.max_body_bytes)
+    except ClientDisconnected:  # left during the upload: nothing to answer, nothing to count
+        return Response(status_code=499)
     parsed = parse_request(operation, raw)
     routed = await container.selector.select(parsed, key, request.headers)
     route = container.proxy.route_for(parsed, request.headers.get("x-failover-route"), routed.route)

@@ -197,3 +197,9 @@ def test_settings_are_frozen() -> None:
     settings = build_settings({})
     with pytest.raises(ValidationError, match="frozen"):
         settings.server.port = 1  # type: ignore[misc]
+
+
+def test_non_json_list_in_the_environment_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KVGATE__AUTH__API_KEYS", "notjson")
+    with pytest.raises(ConfigError, match="JSON"):
+        build_settings({})
