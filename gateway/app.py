@@ -28,7 +28,6 @@ from gateway.api import admin, admin_config, admin_keys, admin_routing, admin_wo
 from gateway.api.fastpath import GatewayApp, error_response
 from gateway.api.access import AccessMiddleware
 from gateway.api.openapi import install_openapi
-from gateway.api.auth import KeyChecker
 from gateway.api.middleware import RequestIdMiddleware
 from gateway.endpoints.health import HealthChecker
 from gateway.endpoints.registry import EndpointRegistry
@@ -56,7 +55,6 @@ class Container:
     metrics: GatewayMetrics
     registry: EndpointRegistry
     catalog: ModelCatalog
-    keys: KeyChecker
     started_at: int = field(default_factory=lambda: int(time.time()))
     upstream: Upstream | None = None
     proxy: Proxy | None = None
@@ -141,7 +139,6 @@ def create_app(
         metrics=GatewayMetrics(),
         registry=EndpointRegistry.from_settings(settings, clock=clock),
         catalog=ModelCatalog.from_settings(settings),
-        keys=KeyChecker(key.get_secret_value() for key in settings.auth.api_keys),
     )
     container.ops = Operations(
         settings,
