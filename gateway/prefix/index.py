@@ -120,6 +120,21 @@ class PrefixIndex:
         """The endpoint's LRU if it has one (never creates)."""
         return self._lrus.get(endpoint)
 
+    def match_all(self, names: Sequence[str], blocks: Sequence[int], affinity: int | None) -> tuple[dict[str, int], list[str]]:
+        """Matched leading blocks per endpoint name, and the names holding ``affinity`` (one pass)."""
+        lrus = self._lrus
+        matched: dict[str, int] = {}
+        holding: list[str] = []
+        for name in names:
+            lru = lrus.get(name)
+            if lru is None:
+                matched[name] = 0
+                continue
+            matched[name] = lru.match(blocks)
+            if affinity is not None and affinity in lru._entries:
+                holding.append(name)
+        return matched, holding
+
     def names(self) -> list[str]:
         return list(self._lrus)
 

@@ -30,7 +30,10 @@ class ProfileSettings(_Section):
         default_factory=lambda: ["bounded-share", "bounded-load"], description="Filters, in order."
     )
     scorers: dict[str, float] = Field(
-        default_factory=lambda: {"prefix": 3.0, "session": 1.0, "in-flight": 1.0, "queue": 1.0, "kv-usage": 0.5},
+        default_factory=lambda: {
+            "prefix": 3.0, "session": 1.0, "in-flight": 1.0, "queue": 1.0, "kv-usage": 0.5, "assignments": 0.5,
+            "prefill": 1.0,
+        },
         description="Scorer name -> weight (>= 0); each scorer returns [0, 1].",
     )
     picker: str = Field("max-score", description="Picker that ranks the survivors.")

@@ -32,7 +32,7 @@ def _bounded(candidates: list[Candidate], factor: float, loads: list[float], flo
     if count < 2:
         return candidates
     scale = factor * (sum(loads) + 1)
-    weights = [c.endpoint.spec.weight for c in candidates]
+    weights = [c.weight for c in candidates]
     if weights.count(weights[0]) == count:  # equal weights (the usual case): one cap for all
         cap = max(math.ceil(scale / count - 1e-9), floor)
         if max(loads) + 1 <= cap:

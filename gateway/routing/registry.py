@@ -16,9 +16,11 @@ from types import MappingProxyType
 from gateway.routing.filters import BoundedLoadFilter, BoundedShareFilter
 from gateway.routing.pickers import MaxScorePicker
 from gateway.routing.producers import StateProducer
+from gateway.routing.scorers.assignments import AssignmentsScorer
 from gateway.routing.scorers.inflight import InFlightScorer
 from gateway.routing.scorers.kv_usage import KvUsageScorer
 from gateway.routing.scorers.latency import LatencyScorer
+from gateway.routing.scorers.prefill import PrefillScorer
 from gateway.routing.scorers.prefix import PrefixScorer
 from gateway.routing.scorers.queue import QueueScorer
 from gateway.routing.scorers.session import SessionScorer
@@ -46,6 +48,8 @@ SCORERS: Mapping[str, Callable[[PluginDeps], Scorer]] = MappingProxyType({
     "kv-usage": lambda deps: KvUsageScorer(),
     "in-flight": lambda deps: InFlightScorer(),
     "latency": lambda deps: LatencyScorer(),
+    "assignments": lambda deps: AssignmentsScorer(),
+    "prefill": lambda deps: PrefillScorer(),
 })
 PICKERS: Mapping[str, Callable[[PluginDeps], Picker]] = MappingProxyType({
     "max-score": lambda deps: MaxScorePicker(deps.rng),

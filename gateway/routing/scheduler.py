@@ -38,7 +38,7 @@ class Decision:
     """
 
     ranked: list[Endpoint]
-    breakdown: dict[str, dict[str, float]] = field(default_factory=dict)
+    breakdown: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def commit(self, endpoint: Endpoint) -> None:
         """``endpoint`` accepted the request (its response headers arrived with a 2xx)."""

@@ -32,6 +32,9 @@ class Candidate:
         affinity: it recently served the request's ``prompt_cache_key``/``user``.
         recent: decayed count of recent assignments by this replica (``bounded-share``).
         latency: EWMA of its seconds per output token, or None before any observation.
+        prefill: bytes of prompt sent to it by this replica and not prefilled yet
+            (``routing/prefill.py``).
+        weight: its configured weight (``spec.weight``, read once per decision).
     """
 
     endpoint: Endpoint
@@ -41,6 +44,8 @@ class Candidate:
     affinity: bool = False
     recent: float = 0.0
     latency: float | None = None
+    prefill: float = 0.0
+    weight: float = 1.0
 
     @property
     def name(self) -> str:

@@ -23,17 +23,7 @@ class MemoryStore:
 
     def view(self, endpoints: Sequence[str], key: PrefixKey, *, degraded: bool = False) -> StoreView:
         """The lookup, synchronously."""
-        matched: dict[str, int] = {}
-        affinity = []
-        blocks = key.blocks
-        for name in endpoints:
-            lru = self.index.peek(name)
-            if lru is None:
-                matched[name] = 0
-                continue
-            matched[name] = lru.match(blocks)
-            if key.affinity is not None and key.affinity in lru:
-                affinity.append(name)
+        matched, affinity = self.index.match_all(endpoints, key.blocks, key.affinity)
         return StoreView(matched, frozenset(affinity), {}, degraded)
 
     def peek(self, endpoints: Sequence[str], key: PrefixKey) -> StoreView:

@@ -102,6 +102,14 @@ async def test_empty_prompt_and_no_endpoints(store: StateStore) -> None:
     assert (await store.lookup(["a"], PrefixKey((), None, 0, 256))).matched == {"a": 0}
 
 
+async def test_peek_answers_like_lookup_or_not_at_all(store: StateStore) -> None:
+    store.record("a", key(1, 10, affinity=77))
+    await store.flush()
+    peeked = store.peek(["a", "b"], key(1, 12, affinity=77))
+    if peeked is not None:  # only when no I/O is needed (memory; Redis while bypassed)
+        assert peeked == await store.lookup(["a", "b"], key(1, 12, affinity=77))
+
+
 # -- Redis only: what sharing adds --------------------------------------------------------------
 
 
@@ -153,6 +161,8 @@ async def test_redis_down_falls_back_to_the_local_view_and_recovers(redis_prefix
         # skipped while retry_after_s runs: no further Redis attempts, still degraded
         failures = down._metrics.fallbacks.labels("error")._value.get()
         assert (await down.lookup(["a"], key(1, 6))).degraded
+        peeked = down.peek(["a"], key(1, 6))  # the local view needs no I/O: answered at once
+        assert peeked is not None and peeked.degraded and peeked.matched == {"a": 6}
         assert down._metrics.fallbacks.labels("error")._value.get() == failures
     finally:
         await down.aclose()
@@ -160,6 +170,7 @@ async def test_redis_down_falls_back_to_the_local_view_and_recovers(redis_prefix
     healthy._failed(TimeoutError())  # as if it had failed once
     now[0] += 5.0
     try:
+        assert healthy.peek(["a"], key(1, 6)) is None  # Redis is back: a lookup needs I/O
         assert not (await healthy.lookup(["a"], key(1, 6))).degraded
         assert healthy._metrics.degraded._value.get() == 0
     finally:

@@ -15,7 +15,7 @@ from gateway.routing.types import Candidate, Context
 
 class InFlightScorer:
     def score(self, ctx: Context, candidates: Sequence[Candidate]) -> list[float]:
-        loads = [c.in_flight / c.endpoint.spec.weight for c in candidates]
+        loads = [c.in_flight / c.weight for c in candidates]
         top = max(loads, default=0.0)
         if top <= 0:
             return [1.0] * len(candidates)

@@ -129,4 +129,6 @@ def test_chain_memo_is_bounded_by_the_hashes_it_holds() -> None:
     memo = ChainMemo(max_hashes=10)
     for key in range(5):
         memo.put(key, (1, 2, 3, 4))
-    assert len(memo) == 2 and memo.get(0) is None and memo.get(4) == (1, 2, 3, 4)
+        memo.get(0)  # used all along: stays
+    assert len(memo) == 2 and memo.get(0) == (1, 2, 3, 4) and memo.get(4) == (1, 2, 3, 4)
+    assert memo.get(3) is None

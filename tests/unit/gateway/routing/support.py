@@ -22,7 +22,7 @@ def endpoint(name: str, weight: float = 1.0, in_flight: int = 0) -> Endpoint:
 
 def candidate(name: str = "e", **fields: Any) -> Candidate:
     weight = fields.pop("weight", 1.0)
-    return Candidate(endpoint(name, weight), **fields)
+    return Candidate(endpoint(name, weight), weight=weight, **fields)
 
 
 def stats(waiting: float | None = None, kv_usage: float | None = None) -> EngineStats:

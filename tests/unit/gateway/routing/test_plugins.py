@@ -10,9 +10,11 @@ import pytest
 from gateway.routing import registry
 from gateway.routing.filters import BoundedLoadFilter, BoundedShareFilter
 from gateway.routing.pickers import MaxScorePicker
+from gateway.routing.scorers.assignments import AssignmentsScorer
 from gateway.routing.scorers.inflight import InFlightScorer
 from gateway.routing.scorers.kv_usage import KvUsageScorer
 from gateway.routing.scorers.latency import LatencyScorer
+from gateway.routing.scorers.prefill import PrefillScorer
 from gateway.routing.scorers.prefix import PrefixScorer
 from gateway.routing.scorers.queue import QueueScorer
 from gateway.routing.scorers.session import SessionScorer
@@ -30,6 +32,14 @@ SCORER_CASES: list[tuple[str, Any, list[dict[str, Any]], list[float]]] = [
     ("in-flight idle cluster", InFlightScorer(), [{"in_flight": 0}, {"in_flight": 0}], [1.0, 1.0]),
     ("latency best over own", LatencyScorer(), [{"latency": 0.01}, {"latency": 0.04}, {"latency": None}], [1.0, 0.25, 1.0]),
     ("latency unknown", LatencyScorer(), [{}, {}], [1.0, 1.0]),
+    ("assignments relative", AssignmentsScorer(), [{"recent": 0.0}, {"recent": 3.0}, {"recent": 6.0}], [1.0, 0.5, 0.0]),
+    ("assignments per weight", AssignmentsScorer(), [{"recent": 8.0, "weight": 4.0}, {"recent": 4.0}], [0.5, 0.0]),
+    ("assignments none yet", AssignmentsScorer(), [{}, {}], [1.0, 1.0]),
+    # context(blocks=10): a 2,560-byte prompt; work = prefill in flight + bytes not matched
+    ("prefill warm beats cold", PrefillScorer(), [{"matched": 10}, {"matched": 0}], [1.0, 4096 / (2560 + 4096)]),
+    ("prefill busy warm loses", PrefillScorer(), [{"matched": 10, "prefill": 20_000.0}, {"matched": 0}],
+     [(2560 + 4096) / (20_000 + 4096), 1.0]),
+    ("prefill idle and equal", PrefillScorer(), [{}, {}], [1.0, 1.0]),
 ]
 
 
@@ -86,7 +96,9 @@ def test_max_score_picker_ranks_and_breaks_ties_at_random() -> None:
 
 
 def test_registry_names_are_kebab_case_and_complete() -> None:
-    assert set(registry.SCORERS) == {"prefix", "session", "queue", "kv-usage", "in-flight", "latency"}
+    assert set(registry.SCORERS) == {
+        "prefix", "session", "queue", "kv-usage", "in-flight", "latency", "assignments", "prefill",
+    }
     assert set(registry.FILTERS) == {"bounded-load", "bounded-share"}
     assert set(registry.PICKERS) == {"max-score"} and set(registry.PRODUCERS) == {"state"}
     for table in (registry.SCORERS, registry.FILTERS, registry.PICKERS, registry.PRODUCERS):

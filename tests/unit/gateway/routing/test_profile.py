@@ -21,7 +21,7 @@ from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.producers import run_producers
 from gateway.routing.profile import ProfileScheduler, UnknownPluginError
 from gateway.routing.registry import PluginDeps
-from gateway.routing.types import Context
+from gateway.routing.types import PENDING, Context
 from gateway.state.memory import MemoryStore
 from tests.unit.gateway.routing.support import chat, context, endpoint
 
@@ -196,3 +196,51 @@ async def test_a_failing_store_never_fails_the_request() -> None:
     store.peek = broken_peek  # type: ignore[method-assign]
     decision = await scheduler.schedule([endpoint("a"), endpoint("b")], chat(LONG))
     assert len(decision.ranked) == 2 and "state" not in decision.hints
+
+
+class Immediate:
+    """Answers at once when it can (``produce_now``), else like any producer."""
+
+    def __init__(self, now: Any) -> None:
+        self.now = now
+        self.awaited = 0
+
+    def produce_now(self, ctx: Context, endpoints: Sequence[Endpoint]) -> Any:
+        if isinstance(self.now, Exception):
+            raise self.now
+        return self.now
+
+    async def produce(self, ctx: Context, endpoints: Sequence[Endpoint]) -> Any:
+        self.awaited += 1
+        return "awaited"
+
+
+@pytest.mark.parametrize(
+    ("now", "hint", "awaited", "errors"),
+    [("at once", "at once", 0, 0), (PENDING, "awaited", 1, 0), (RuntimeError("boom"), None, 0, 1)],
+)
+async def test_producers_answer_at_once_when_they_can(now: Any, hint: Any, awaited: int, errors: int) -> None:
+    metrics = RoutingMetrics(CollectorRegistry())
+    producer = Immediate(now)
+    got = await run_producers({"p": producer}, context(), [endpoint("a")], 0.02, metrics)
+    assert got.get("p") == hint and producer.awaited == awaited
+    assert metrics.producer_failures.labels("p", "error")._value.get() == errors
+
+
+async def test_memory_store_answers_without_awaiting() -> None:
+    store = MemoryStore()
+    key = PrefixKey((1, 2, 3), None, 768, 256)
+    store.record("a", key)
+    view = store.peek(["a", "b"], key)
+    assert view is not None and view.matched == {"a": 3, "b": 0}
+
+
+async def test_explained_totals_are_the_weighted_sums_of_the_breakdown() -> None:
+    profile = ProfileSettings()
+    scheduler, *_ = build(profile)
+    group = [endpoint(f"e{i}") for i in range(3)]
+    await route(scheduler, group, LONG)
+    decision = await scheduler.schedule(group, chat(LONG))
+    for row in decision.explain()["endpoints"]:
+        expected = sum(profile.scorers[name] * score for name, score in row["scores"].items())
+        assert row["total"] == pytest.approx(expected)
