@@ -3,7 +3,8 @@
 Measures on this machine (median of repeated runs, microseconds):
 
 - ``PromptHasher.key`` on chat prompts of 1, 8 and 32 KB with blocks of 128/256/512 bytes (xxh3
-  chained through the seed) — the budget is 50 us for 32 KB;
+  chained through the seed, no memo) — the budget is 50 us for 32 KB — and with the system
+  prompt's chain memoized (``prefix/hashing.py`` step 5);
 - the same chain with ``hashlib.blake2b`` (8-byte digests) for comparison;
 - tokenizing 32 KB instead (the simulator's regex tokenizer, a stand-in for a BPE tokenizer):
   why kvgate hashes bytes, not tokens;
@@ -174,8 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         request = _request(size)
         data = canonical_prompt(request)  # type: ignore[arg-type]
         for block in (128, 256, 512):
-            hasher = PromptHasher(block_bytes=block)
+            hasher = PromptHasher(block_bytes=block, memo_hashes=0)  # the whole chain, every time
             rows.append((f"xxh3 key, {size // 1024} KB, {block} B blocks", _us(lambda: hasher.key(request, "m"))))  # type: ignore[arg-type]
+        memo = PromptHasher()
+        rows.append((f"xxh3 key, {size // 1024} KB, 256 B blocks, head memoized", _us(lambda: memo.key(request, "m"))))  # type: ignore[arg-type]
         rows.append((f"blake2b chain, {size // 1024} KB, 256 B blocks", _us(lambda: _blake2b_chain(data, 256))))
     tokenizer = SimTokenizer(cache_size=0)
     text = _text(32768)
