@@ -1,6 +1,7 @@
 """The ``kvgate`` command.
 
     kvgate serve --config FILE     the gateway alone, in front of the endpoints in FILE
+                 [--processes N]   N gateway processes on one port (needs the redis state backend)
     kvgate up [--port 8080]        prepare the model, start local vLLM-CPU workers, and the
                                    gateway in front of them; Ctrl-C or SIGTERM stops everything
     kvgate prepare                 install the worker venv and prepare the model, then exit
@@ -50,13 +51,42 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.observability.logging import configure_logging
 
+    from gateway.process_pool import check_processes, reuseport_socket
+
     settings = load_settings(args.config)
     if not settings.clusters:
         raise ConfigError(f"{args.config or 'configuration'}: no clusters configured; nothing to route to")
     configure_logging(settings.logging.format, settings.server.log_level)
+    if args.reuse_port:  # one child of `kvgate serve --processes N`
+        try:
+            sockets = [reuseport_socket(settings.server.host, settings.server.port)]
+        except OSError as error:
+            raise ConfigError(f"server.port: cannot bind {settings.server.host}:{settings.server.port}: {error}") from None
+    else:
+        processes = args.processes if args.processes is not None else settings.server.processes
+        check_processes(settings, processes)
+        if processes > 1:
+            return _serve_processes(args.config, settings, processes)
+        sockets = None
     server = _Server(_uvicorn_config(create_app(settings, config_path=args.config), settings))
-    _run(_serve_until_signal(server))
+    _run(_serve_until_signal(server, sockets))
     return 0
+
+
+def _serve_processes(config_path: str | None, settings: Settings, processes: int) -> int:
+    """``processes`` children of ``kvgate serve`` on one SO_REUSEPORT port (gateway/process_pool.py)."""
+    from gateway.process_pool import GatewayProcessPool, child_argv
+
+    _check_port_free(settings.server.host, settings.server.port)
+    pool = GatewayProcessPool(child_argv(config_path), processes)
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, pool.request_stop)
+        return await pool.run()
+
+    return _run(main())
 
 
 def _run(main: Coroutine[Any, Any, T]) -> T:
@@ -72,13 +102,13 @@ def _run(main: Coroutine[Any, Any, T]) -> T:
         return runner.run(main)
 
 
-async def _serve_until_signal(server: _Server) -> None:
+async def _serve_until_signal(server: _Server, sockets: list[socket.socket] | None = None) -> None:
     """Serve until SIGINT/SIGTERM (a second signal forces exit), without uvicorn re-raising it."""
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, server.request_exit)
     try:
-        await server.serve()
+        await server.serve(sockets=sockets)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
@@ -218,6 +248,10 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway in front of the endpoints in a config file")
     serve.add_argument("--config", help="TOML config file (see config.example.toml); env KVGATE__* overrides")
+    serve.add_argument("--processes", type=int, default=None, metavar="N",
+                       help="gateway processes on the one port (SO_REUSEPORT); overrides server.processes; "
+                            "N > 1 needs [state] backend = \"redis\"")
+    serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # a child of --processes N
     serve.set_defaults(run=_serve)
     up = commands.add_parser("up", help="local vLLM-CPU workers plus the gateway in front of them")
     up.add_argument("--port", type=int, default=8080, help="gateway port (default 8080)")

@@ -49,6 +49,10 @@ class ServerSettings(_Section):
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = Field(False, description="Log one line per request (uvicorn's access log).")
+    processes: int = Field(
+        1, ge=1, le=256,
+        description="Gateway processes sharing the port (SO_REUSEPORT), about one core each; > 1 needs state.backend = redis.",
+    )
 
     def is_loopback(self) -> bool:
         """True if ``host`` binds only a loopback interface (127.0.0.0/8, ::1 or localhost)."""

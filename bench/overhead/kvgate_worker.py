@@ -1,14 +1,10 @@
-"""[io] One kvgate worker process on a shared port, for ``--kvgate-workers N`` (N > 1).
+"""[io] One kvgate process on a shared port on a chosen event loop, for ``--kvgate-loop asyncio|uvloop``.
 
-``kvgate serve`` binds its port exclusively, so several workers cannot share it. This stand-in
-does what ``kvgate serve`` does (load the TOML, configure logging, ``create_app``, uvicorn with
-the same options) but listens on a socket opened with ``SO_REUSEPORT``: N such processes bind
-the same address and the kernel spreads incoming connections over them. State that must agree
-across workers (prefix index, cluster-wide in-flight counts, keys) goes through the shared
-store the config names (``[state] backend = "redis"``).
-
-Until kvgate grows ``kvgate serve --workers N`` (see docs/overhead.md), this is what the
-overhead benchmark starts N times.
+``kvgate serve --processes N`` is what the benchmark runs by default; this stand-in does what one
+of its children does (load the TOML, configure logging, ``create_app``, uvicorn with the same
+options, a ``SO_REUSEPORT`` socket) but lets the event loop be chosen, to measure what the loop
+alone changes. State that must agree across processes goes through the shared store the config
+names (``[state] backend = "redis"``).
 
     python -m bench.overhead.kvgate_worker --config FILE
 """
@@ -17,22 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 
 import uvicorn
 
-
-def reuseport_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted sockets only when the listening
-    # socket's proto says TCP; with proto 0, Nagle + delayed ACKs hold each stream's first bytes ~40 ms
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
+from gateway.process_pool import reuseport_socket
 
 
 def main(argv: list[str] | None = None) -> int:

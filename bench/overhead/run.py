@@ -61,10 +61,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gateway-cores", default="0", help="cores every target is pinned to (default 0)")
     parser.add_argument("--load-cores", default="", help="cores of load generator + upstream (default: the others)")
     parser.add_argument("--loadgen", choices=("auto", "wrk", "aiohttp"), default="auto", help="auto: wrk if installed")
-    parser.add_argument("--kvgate-workers", type=int, default=1, help="kvgate worker processes behind one port")
+    parser.add_argument("--kvgate-workers", type=int, default=1, help="kvgate processes behind one port (kvgate serve --processes N; needs Redis)")
     parser.add_argument(
         "--kvgate-loop", choices=("serve", "asyncio", "uvloop"), default="serve",
-        help="serve: `kvgate serve` (1 worker); asyncio|uvloop: bench.overhead.kvgate_worker with that loop",
+        help="serve: `kvgate serve` (uvloop); asyncio|uvloop: bench.overhead.kvgate_worker with that loop",
     )
     parser.add_argument("--redis-url", help="kvgate's state store with --kvgate-workers > 1 (default: local Redis db 15 if up)")
     parser.add_argument("--memory-targets", help="targets of the memory checks (default: every gateway; 'none' skips)")

@@ -8,7 +8,7 @@ figure subtracts.
     direct          the fake upstream, measured as if it were a gateway
     kvgate          ``kvgate serve --config FILE``: the default routing profile (``prefix-aware``:
                     prefix hashing, scheduling, the /metrics scraper), client auth with one key,
-                    Prometheus metrics on; N > 1 workers: ``bench.overhead.kvgate_worker`` x N
+                    Prometheus metrics on; N > 1 workers: ``kvgate serve --processes N``
                     on one SO_REUSEPORT port with a Redis state store
     litellm         LiteLLM proxy, one worker, master key, local cost map (offline)
     vllm-router     vLLM's Rust router, default policy (cache_aware), Prometheus on a free port
@@ -149,10 +149,16 @@ def start_kvgate(ctx: Context) -> Target:
     config.write_text(kvgate_config(ctx, port))
     env = _clean_env()
     procs: list[Proc] = []
-    if ctx.kvgate_workers == 1 and ctx.kvgate_loop == "serve":
+    if ctx.kvgate_loop == "serve":
         kvgate = Path(sys.executable).with_name("kvgate")
-        procs.append(spawn("kvgate", [str(kvgate), "serve", "--config", str(config)], cores=ctx.cores, log_dir=ctx.logs, env=env))
+        argv = [str(kvgate), "serve", "--config", str(config)]
         notes = "kvgate serve"
+        if ctx.kvgate_workers > 1:
+            if not ctx.redis_url:
+                raise Unavailable("kvgate serve --processes N > 1 needs Redis for its shared state (--redis-url)")
+            argv += ["--processes", str(ctx.kvgate_workers)]
+            notes = f"kvgate serve --processes {ctx.kvgate_workers} (SO_REUSEPORT, state redis)"
+        procs.append(spawn("kvgate", argv, cores=ctx.cores, log_dir=ctx.logs, env=env))
     else:
         loop = "asyncio" if ctx.kvgate_loop == "serve" else ctx.kvgate_loop
         argv = [sys.executable, "-m", "bench.overhead.kvgate_worker", "--config", str(config), "--loop", loop]

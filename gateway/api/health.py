@@ -3,13 +3,14 @@
 ``GET /health``: 200 while the process serves HTTP (liveness).
 ``GET /ready``: 200 when at least one endpoint's last check or request succeeded, else 503 with
 an OpenAI-shaped error (readiness: keep traffic away until something can answer).
-``GET /metrics``: Prometheus text exposition of the app's registry.
+``GET /metrics``: Prometheus text exposition of the app's registry (of every process under
+``kvgate serve --processes N``).
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.errors import NoHealthyEndpointError, NotFoundError
 
@@ -34,4 +35,4 @@ async def metrics(request: Request) -> Response:
     container = request.app.state.container
     if not container.settings.metrics.enabled:
         raise NotFoundError("Metrics are disabled (metrics.enabled = false).")
-    return Response(generate_latest(container.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(container.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

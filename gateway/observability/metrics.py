@@ -22,10 +22,11 @@ Request outcomes (label ``outcome``):
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -44,6 +45,7 @@ class GatewayMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        self._scrape_collectors: list[Collector] = []
         r = self.registry
         self.requests = Counter(
             "kvgate_requests",
@@ -91,15 +93,18 @@ class GatewayMetrics:
         )
         self.in_flight = Gauge(
             "kvgate_endpoint_in_flight",
-            "Requests in flight to an endpoint from this gateway process.",
+            "Requests in flight to an endpoint from this gateway (summed over its processes).",
             ["endpoint"],
             registry=r,
+            multiprocess_mode="livesum",
         )
         self.healthy = Gauge(
             "kvgate_endpoint_healthy",
-            "1 if the endpoint is routable and its last check passed, else 0.",
+            "1 if the endpoint is routable and its last check passed, else 0 (with several processes: "
+            "the lowest of their views).",
             ["endpoint"],
             registry=r,
+            multiprocess_mode="livemin",
         )
         self._add_operations_instruments(r)
         for instrument in vars(self).values():
@@ -156,7 +161,26 @@ class GatewayMetrics:
 
     def watch_endpoints(self, endpoints: Callable[[], Iterable[Any]]) -> None:
         """Export the live state of ``endpoints()`` at each scrape (circuit, draining, weight)."""
-        self.registry.register(_EndpointStateCollector(endpoints))
+        collector = _EndpointStateCollector(endpoints)
+        self.registry.register(collector)
+        self._scrape_collectors.append(collector)
+
+    def exposition(self) -> bytes:
+        """The Prometheus text exposition (``text/plain; version=0.0.4``) for ``GET /metrics``.
+
+        In one process: this registry. Under ``kvgate serve --processes N`` (the environment names
+        ``PROMETHEUS_MULTIPROC_DIR``): every process's instruments read from that directory and
+        combined by prometheus_client's ``MultiProcessCollector`` (counters and histograms summed,
+        gauges per their ``multiprocess_mode``), plus this process's scrape-time collectors.
+        """
+        directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if not directory:
+            return generate_latest(self.registry)
+        combined = CollectorRegistry()
+        multiprocess.MultiProcessCollector(combined, path=directory)
+        for collector in self._scrape_collectors:
+            combined.register(collector)
+        return generate_latest(combined)
 
 
 class _EndpointStateCollector(Collector):

@@ -39,15 +39,15 @@ class RoutingMetrics:
         )
         self.accuracy = Gauge(
             "kvgate_prefix_prediction_accuracy", "1 - |predicted - reported cached tokens| / prompt tokens (EWMA).",
-            ["endpoint", "source"], registry=r,
+            ["endpoint", "source"], registry=r, multiprocess_mode="livemax",
         )
         self.capacity = Gauge(
             "kvgate_prefix_index_capacity_blocks", "Capacity of an endpoint's prefix index, in blocks.",
-            ["endpoint"], registry=r,
+            ["endpoint"], registry=r, multiprocess_mode="livemax",
         )
         self.degraded = Gauge(
             "kvgate_state_degraded", "1 while the shared state store is bypassed and routing uses the local view.",
-            registry=r,
+            registry=r, multiprocess_mode="livemax",
         )
         self.fallbacks = Counter(
             "kvgate_state_fallbacks", "Shared state store calls that fell back to the local view.", ["reason"], registry=r,

@@ -155,8 +155,12 @@ async def test_killed_worker_is_restarted_while_the_gateway_serves_from_the_othe
         while pair.status("kv-fp8").phase is not Phase.READY or pair.status("kv-fp8").generation == 1:
             response = await chat(client, gateway)
             served.append((response.status_code, response.headers.get("x-kvgate-endpoint", "")))
-            assert time.monotonic() - killed_at < 240, "not restarted in time"
-            await asyncio.sleep(0.3)
+            assert time.monotonic() - killed_at < 240, f"not restarted in time: {seen.phases('kv-fp8', killed_at)}"
+            # More than 1 s apart: after each step a vLLM worker busy-polls its shared-memory queue for
+            # 1 s (shm_broadcast busy_loop_s), pinning its core, and vLLM-CPU places the restarted
+            # kv-fp8's EngineCore on the other worker's core (0): requests closer together starve
+            # that start-up for minutes on this 2-core machine (seen in CI: > 240 s).
+            await asyncio.sleep(1.5)
         ready_at = time.monotonic()
         after = pair.status("kv-fp8")
         assert all(code == 200 for code, _ in served), served

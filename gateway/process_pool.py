@@ -1,0 +1,225 @@
+"""N gateway processes behind one port: ``kvgate serve --processes N`` (``server.processes``).
+
+One Python process serves about one core's worth of requests (the GIL), so a host with more cores
+runs several gateway processes. Each child is a complete ``kvgate serve`` (``create_app`` after
+its own start, so nothing is shared by fork) listening on its own socket bound with
+``SO_REUSEPORT`` (Linux >= 3.9): every child binds the same address and the kernel hashes each
+new TCP connection to one listener. Keep-alive connections stay with the child that accepted them.
+
+State that must agree across the children goes through the shared store, so more than one process
+requires ``[state] backend = "redis"`` (the prefix index, in-flight counts, client keys, quotas
+and admin changes); with ``memory`` every child would keep its own index and enforce each limit N
+times, so :func:`check_processes` refuses it with a :class:`~gateway.settings.ConfigError`.
+
+Prometheus: the parent points every child at one fresh ``PROMETHEUS_MULTIPROC_DIR``
+(prometheus_client's multiprocess mode), so ``GET /metrics``, whichever child answers, reports
+counters and histograms summed over all children (a restarted child's counts are kept), and gauges
+combined as each instrument declares (``multiprocess_mode``). Scrape-time gauges (circuit state,
+draining, weight) are the answering child's own view.
+
+The parent serves nothing and holds no socket. It
+
+* restarts a child that exits unasked, after a backoff (``restart_backoff_s`` doubling up to 30 s;
+  back to the start once a child has run 60 s), and gives up (stops every child, exit status 1)
+  when children fail ``crash_loop_limit`` times in a row within 10 s of their start (a bad port,
+  a config the child refuses);
+* on SIGTERM or SIGINT sends SIGTERM to every child (each drains: uvicorn's graceful shutdown,
+  30 s) and SIGKILLs what is left after ``stop_timeout_s``; exit status 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gateway.settings import ConfigError, Settings
+
+log = logging.getLogger("kvgate.processes")
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+PROCESS_INDEX_ENV = "KVGATE_PROCESS_INDEX"
+
+
+def check_processes(settings: Settings, processes: int) -> None:
+    """Raise :class:`ConfigError` unless ``processes`` gateway processes can share state.
+
+    ``processes`` < 1 is refused; > 1 needs ``state.backend = "redis"``.
+    """
+    if processes < 1:
+        raise ConfigError(f"server.processes: must be at least 1, got {processes}")
+    if processes > 1 and settings.state.backend != "redis":
+        raise ConfigError(
+            f"server.processes = {processes} needs state.backend = \"redis\" (with \"memory\" each process keeps "
+            "its own prefix index, in-flight counts and quotas, so limits would be enforced once per process); "
+            "set [state] backend = \"redis\" and redis_url, or run one process"
+        )
+
+
+def reuseport_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    """A listening TCP socket on ``host:port`` with ``SO_REUSEPORT``, for one of several processes.
+
+    Created with ``IPPROTO_TCP``: asyncio sets ``TCP_NODELAY`` on accepted connections only when
+    the listening socket's ``proto`` is TCP; with ``proto == 0`` Nagle plus delayed ACKs hold a
+    stream's first bytes ~40 ms. Raises :class:`OSError` if the address cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+@dataclass
+class _Child:
+    index: int
+    process: asyncio.subprocess.Process | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    backoff_s: float = 0.0
+    pids: list[int] = field(default_factory=list)
+
+
+class GatewayProcessPool:
+    """Starts ``count`` children running ``argv`` and keeps them running until asked to stop.
+
+    ``argv`` is the child's whole command line (``kvgate serve --config FILE --reuse-port``).
+    :meth:`run` returns the exit status: 0 after a requested stop, 1 after a crash loop.
+    """
+
+    def __init__(self, argv: Sequence[str], count: int, *, restart_backoff_s: float = 0.5,
+                 max_backoff_s: float = 30.0, crash_loop_limit: int = 5, stop_timeout_s: float = 40.0) -> None:
+        self.argv, self.count = list(argv), count
+        self.restart_backoff_s, self.max_backoff_s = restart_backoff_s, max_backoff_s
+        self.crash_loop_limit, self.stop_timeout_s = crash_loop_limit, stop_timeout_s
+        self.children = [_Child(index) for index in range(count)]
+        self._stopping = asyncio.Event()
+        self._quick_failures = 0
+        self._multiproc_dir = ""
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> int:
+        self._multiproc_dir = tempfile.mkdtemp(prefix="kvgate-metrics-")
+        try:
+            return await self._run()
+        finally:
+            shutil.rmtree(self._multiproc_dir, ignore_errors=True)
+
+    async def _run(self) -> int:
+        for child in self.children:
+            await self._spawn(child)
+        log.info("kvgate: %d gateway processes started (pids %s)", self.count,
+                 ", ".join(str(c.process.pid) for c in self.children if c.process))
+        watchers = {asyncio.ensure_future(self._wait(child)): child for child in self.children}
+        stop = asyncio.ensure_future(self._stopping.wait())
+        status = 0
+        try:
+            while not self._stopping.is_set():
+                done, _ = await asyncio.wait({stop, *watchers}, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task is stop:
+                        continue
+                    child = watchers.pop(task)
+                    if self._stopping.is_set():
+                        continue
+                    if not await self._restart(child, task.result()):
+                        status = 1
+                        self._stopping.set()
+                        break
+                    watchers[asyncio.ensure_future(self._wait(child))] = child
+        finally:
+            stop.cancel()
+            await self._stop_all()
+            for task in watchers:
+                task.cancel()
+        return status
+
+    async def _spawn(self, child: _Child) -> None:
+        env = {**os.environ, MULTIPROC_ENV: self._multiproc_dir, PROCESS_INDEX_ENV: str(child.index)}
+        child.process = await asyncio.create_subprocess_exec(*self.argv, env=env)
+        child.started_at = time.monotonic()
+        child.pids.append(child.process.pid)
+
+    async def _wait(self, child: _Child) -> int:
+        assert child.process is not None
+        return await child.process.wait()
+
+    async def _restart(self, child: _Child, code: int) -> bool:
+        """Restart ``child`` after its unasked exit; False when the pool should give up."""
+        assert child.process is not None
+        ran_s = time.monotonic() - child.started_at
+        _mark_dead(child.process.pid, self._multiproc_dir)
+        if ran_s < 10.0:
+            self._quick_failures += 1
+        else:
+            self._quick_failures = 0
+        if self._quick_failures >= self.crash_loop_limit:
+            log.error("kvgate: gateway process %d exited with status %s; %d quick failures in a row, stopping",
+                      child.index, code, self._quick_failures)
+            return False
+        child.backoff_s = self.restart_backoff_s if ran_s >= 60.0 or not child.backoff_s else min(
+            child.backoff_s * 2, self.max_backoff_s)
+        log.warning("kvgate: gateway process %d (pid %d) exited with status %s after %.1f s; restarting in %.1f s",
+                    child.index, child.process.pid, code, ran_s, child.backoff_s)
+        try:
+            await asyncio.wait_for(self._stopping.wait(), child.backoff_s)
+            return True  # asked to stop meanwhile: nothing to restart
+        except asyncio.TimeoutError:
+            pass
+        child.restarts += 1
+        await self._spawn(child)
+        return True
+
+    async def _stop_all(self) -> None:
+        running = [c.process for c in self.children if c.process is not None and c.process.returncode is None]
+        for process in running:
+            _signal(process, signal.SIGTERM)
+        if not running:
+            return
+        waits = [asyncio.ensure_future(process.wait()) for process in running]
+        _, pending = await asyncio.wait(waits, timeout=self.stop_timeout_s)
+        for process in running:
+            if process.returncode is None:
+                log.warning("kvgate: gateway process pid %d did not stop in %.0f s; SIGKILL", process.pid,
+                            self.stop_timeout_s)
+                _signal(process, signal.SIGKILL)
+        if pending:
+            await asyncio.wait(pending)
+
+
+def _signal(process: asyncio.subprocess.Process, signum: int) -> None:
+    try:
+        process.send_signal(signum)
+    except ProcessLookupError:
+        pass
+
+
+def _mark_dead(pid: int, path: str) -> None:
+    """Drop a dead child's ``live*`` gauge files (prometheus_client multiprocess mode)."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid, path)
+
+
+def child_argv(config_path: str | None) -> list[str]:
+    """The command line of one child: this interpreter running ``kvgate serve --reuse-port``."""
+    argv = [sys.executable, "-m", "gateway.cli", "serve", "--reuse-port"]
+    if config_path:
+        argv += ["--config", config_path]
+    return argv
