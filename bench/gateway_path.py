@@ -97,6 +97,7 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile-out", help="with --profile: also write the cProfile stats to this file (pstats)")
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--no-fast-path", action="store_true", help="send inference through FastAPI's stack (A/B)")
     args = parser.parse_args()
@@ -127,6 +128,8 @@ async def main() -> int:
           f"(gateway Python only, {len(body)} B body, {args.requests} requests)")
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        if args.profile_out:
+            profiler.dump_stats(args.profile_out)
     return 0
 
 

@@ -27,6 +27,7 @@ Amounts of money are integers of micro-USD (1e-6 USD), so Redis counters stay ex
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 from dataclasses import dataclass
 
@@ -100,8 +101,17 @@ def _whole_seconds(seconds: float) -> int:
 
 
 def period_bounds(now: float, period: str) -> tuple[int, int]:
-    """The UTC calendar period (``hour``, ``day``, ``week``, ``month``) holding ``now``: (start, end)."""
-    moment = dt.datetime.fromtimestamp(now, dt.timezone.utc)
+    """The UTC calendar period (``hour``, ``day``, ``week``, ``month``) holding ``now``: (start, end).
+
+    Unix seconds. Every such period starts on a whole UTC hour, so the answer depends only on the
+    hour holding ``now`` and is memoized per (hour, period). Raises ValueError for another period.
+    """
+    return _period_bounds(int(now // 3600), period)
+
+
+@functools.lru_cache(maxsize=64)
+def _period_bounds(hour: int, period: str) -> tuple[int, int]:
+    moment = dt.datetime.fromtimestamp(hour * 3600, dt.timezone.utc)
     if period == "hour":
         start = moment.replace(minute=0, second=0, microsecond=0)
         end = start + dt.timedelta(hours=1)

@@ -22,6 +22,7 @@ decides to fail open or closed (``quotas.on_store_error``).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,7 +61,13 @@ class Settlement:
 
 
 def day_of(now: float) -> str:
-    return dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y-%m-%d")
+    """The UTC day holding ``now`` (Unix seconds) as ``YYYY-MM-DD`` (memoized per day)."""
+    return _day(int(now // 86400))
+
+
+@functools.lru_cache(maxsize=16)
+def _day(day: int) -> str:
+    return dt.datetime.fromtimestamp(day * 86400, dt.timezone.utc).strftime("%Y-%m-%d")
 
 
 def parse_usage(day: str, fields: dict[str, int]) -> list[dict[str, Any]]:
@@ -133,11 +140,12 @@ class MemoryQuotaStore:
 
     async def settle(self, settlements: Sequence[Settlement]) -> None:
         for item in settlements:
-            names = _names("", item.key_id, item.limits, item.now)
-            if item.limits.tpm is not None:
-                self._counters[names[3]] += item.input_tokens + item.output_tokens - item.reserved
-            if item.limits.budget_usd is not None:
-                self._counters[names[4]] += item.cost_micro_usd
+            if item.limits.tpm is not None or item.limits.budget_usd is not None:
+                names = _names("", item.key_id, item.limits, item.now)
+                if item.limits.tpm is not None:
+                    self._counters[names[3]] += item.input_tokens + item.output_tokens - item.reserved
+                if item.limits.budget_usd is not None:
+                    self._counters[names[4]] += item.cost_micro_usd
             usage = self._usage[(item.key_id, day_of(item.now))]
             for field, value in item.usage_increments().items():
                 usage[f"{item.model}|{item.cluster}|{field}"] += value
