@@ -51,13 +51,14 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.observability.logging import configure_logging
 
-    from gateway.process_pool import check_processes, reuseport_socket
+    from gateway.process_pool import check_processes, exit_with_parent, reuseport_socket
 
     settings = load_settings(args.config)
     if not settings.clusters:
         raise ConfigError(f"{args.config or 'configuration'}: no clusters configured; nothing to route to")
     configure_logging(settings.logging.format, settings.server.log_level)
     if args.reuse_port:  # one child of `kvgate serve --processes N`
+        exit_with_parent()
         try:
             sockets = [reuseport_socket(settings.server.host, settings.server.port)]
         except OSError as error:
@@ -69,15 +70,20 @@ def _serve(args: argparse.Namespace) -> int:
             return _serve_processes(args.config, settings, processes)
         sockets = None
     server = _Server(_uvicorn_config(create_app(settings, config_path=args.config), settings))
+    # A child of --processes N drains on the first signal and ignores repeats: Ctrl-C in a terminal
+    # or a process-group kill reaches it once directly and once from the parent, and a second signal
+    # would otherwise force-exit mid-stream (the parent SIGKILLs after its own stop timeout).
+    server.force_on_repeat = not args.reuse_port
     _run(_serve_until_signal(server, sockets))
     return 0
 
 
 def _serve_processes(config_path: str | None, settings: Settings, processes: int) -> int:
     """``processes`` children of ``kvgate serve`` on one SO_REUSEPORT port (gateway/process_pool.py)."""
-    from gateway.process_pool import GatewayProcessPool, child_argv
+    from gateway.process_pool import GatewayProcessPool, check_shared_store, child_argv
 
-    _check_port_free(settings.server.host, settings.server.port)
+    _check_port_free(settings.server.host, settings.server.port, "server.port")
+    check_shared_store(settings, processes)
     pool = GatewayProcessPool(child_argv(config_path), processes)
 
     async def main() -> int:
@@ -129,8 +135,10 @@ def _progress(line: str) -> None:
 LOCAL_MAX_MODEL_LEN = 2048  # kvgate up starts its workers with --max-model-len 2048
 
 
-def _check_port_free(host: str, port: int) -> None:
+def _check_port_free(host: str, port: int, setting: str = "--port") -> None:
     """Fail fast, before minutes of worker start-up, if the gateway's port is taken.
+
+    ``setting`` names where the port came from in the message (``--port``, ``server.port``).
 
     Raises:
         ConfigError: the address is in use or cannot be bound.
@@ -140,7 +148,7 @@ def _check_port_free(host: str, port: int) -> None:
         try:
             probe.bind((host, port))
         except OSError as error:
-            raise ConfigError(f"--port {port}: cannot listen on {host}:{port}: {error.strerror}") from None
+            raise ConfigError(f"{setting} {port}: cannot listen on {host}:{port}: {error.strerror}") from None
 
 
 def up_settings(args: argparse.Namespace, workers: Sequence[Any], served_model: str) -> Settings:
@@ -211,12 +219,14 @@ async def _up_async(args: argparse.Namespace) -> int:
 class _Server(uvicorn.Server):
     """uvicorn without its own signal handling (which re-raises the signal after shutdown)."""
 
+    force_on_repeat = True  # a second signal forces exit (not in a --processes child)
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
 
     def request_exit(self) -> None:
-        if self.should_exit:
+        if self.should_exit and self.force_on_repeat:
             self.force_exit = True
         self.should_exit = True
 

@@ -24,7 +24,12 @@ The parent serves nothing and holds no socket. It
   when children fail ``crash_loop_limit`` times in a row within 10 s of their start (a bad port,
   a config the child refuses);
 * on SIGTERM or SIGINT sends SIGTERM to every child (each drains: uvicorn's graceful shutdown,
-  30 s) and SIGKILLs what is left after ``stop_timeout_s``; exit status 0.
+  30 s) and SIGKILLs what is left after ``stop_timeout_s``; exit status 0. A child drains on its
+  first signal and ignores repeats (Ctrl-C reaches it from the terminal and again from the parent);
+* refuses to start (:func:`check_shared_store`) when Redis does not answer.
+
+A child asks the kernel to SIGTERM it when the parent dies (``PR_SET_PDEATHSIG``), so a SIGKILLed
+parent leaves no gateway processes holding the port.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ log = logging.getLogger("kvgate.processes")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 PROCESS_INDEX_ENV = "KVGATE_PROCESS_INDEX"
+PARENT_PID_ENV = "KVGATE_POOL_PARENT_PID"
 
 
 def check_processes(settings: Settings, processes: int) -> None:
@@ -62,6 +68,56 @@ def check_processes(settings: Settings, processes: int) -> None:
             "its own prefix index, in-flight counts and quotas, so limits would be enforced once per process); "
             "set [state] backend = \"redis\" and redis_url, or run one process"
         )
+
+
+def check_shared_store(settings: Settings, processes: int, timeout_s: float = 3.0) -> None:
+    """Raise :class:`ConfigError` if ``processes`` > 1 and the Redis of ``state.redis_url`` does not answer.
+
+    Once running, a process that loses Redis falls back to its local view (and says so); at start
+    several processes without their shared store would begin split, so they are not started.
+    """
+    if processes <= 1 or settings.state.redis_url is None:
+        return
+    import redis
+
+    client = redis.Redis.from_url(settings.state.redis_url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
+    try:
+        client.ping()
+    except (redis.RedisError, OSError) as error:
+        raise ConfigError(
+            f"state.redis_url: no answer from {_redacted(settings.state.redis_url)} ({str(error) or type(error).__name__}); "
+            f"server.processes = {processes} needs the shared store at start"
+        ) from None
+    finally:
+        client.close()
+
+
+def _redacted(url: str) -> str:
+    """``url`` without a password (``redis://:secret@host`` -> ``redis://:***@host``)."""
+    head, sep, tail = url.partition("@")
+    if not sep or ":" not in head.split("//", 1)[-1]:
+        return url
+    scheme, _, credentials = head.partition("//")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}//{user}:***@{tail}"
+
+
+def exit_with_parent() -> None:
+    """In a child of the pool: ask Linux to SIGTERM this process when the parent dies (even by SIGKILL).
+
+    ``prctl(PR_SET_PDEATHSIG, SIGTERM)``; a no-op where prctl is unavailable. If the parent is
+    already gone (adopted by init), exit at once.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    expected = os.environ.get(PARENT_PID_ENV)
+    if expected and os.getppid() != int(expected):  # the parent died before prctl took effect
+        raise SystemExit(0)
 
 
 def reuseport_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
@@ -151,7 +207,8 @@ class GatewayProcessPool:
         return status
 
     async def _spawn(self, child: _Child) -> None:
-        env = {**os.environ, MULTIPROC_ENV: self._multiproc_dir, PROCESS_INDEX_ENV: str(child.index)}
+        env = {**os.environ, MULTIPROC_ENV: self._multiproc_dir, PROCESS_INDEX_ENV: str(child.index),
+               PARENT_PID_ENV: str(os.getpid())}
         child.process = await asyncio.create_subprocess_exec(*self.argv, env=env)
         child.started_at = time.monotonic()
         child.pids.append(child.process.pid)

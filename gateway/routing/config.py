@@ -141,4 +141,6 @@ class StateSettings(_Section):
     def _url_for_redis(self) -> StateSettings:
         if self.backend == "redis" and not self.redis_url:
             raise ValueError("redis_url: required when backend is 'redis'")
+        if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("redis_url: must start with redis://, rediss:// or unix:// (redis-py's URL schemes)")
         return self

@@ -196,7 +196,7 @@ class RedisStore:
         self._metrics.fallbacks.labels(reason).inc()
         self._retry_at = self._clock() + self._settings.retry_after_s
         if not self.degraded:
-            log.warning("state store: Redis %s (%s); routing on the local view", reason, error or type(error).__name__)
+            log.warning("state store: Redis %s (%s); routing on the local view", reason, str(error) or type(error).__name__)
         self.degraded = True
         self._metrics.degraded.set(1)
 

@@ -8,12 +8,17 @@ must hold:
 * ``GET /metrics`` counts every process's requests, whichever process answers the scrape;
 * a process that dies is restarted and the port keeps answering meanwhile;
 * SIGTERM to the parent stops every process, exit status 0;
-* more than one process with the ``memory`` state backend is refused with a clear error (exit 2).
+* Ctrl-C (SIGINT to the whole process group, so each child is signalled twice) lets streams in
+  flight finish, exit status 0, no traceback;
+* a SIGKILLed parent takes its children with it (the port is freed);
+* more than one process with the ``memory`` state backend, or with a Redis that does not answer,
+  is refused with a clear error (exit 2).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import re
 import signal
@@ -202,3 +207,58 @@ def test_several_processes_with_memory_state_are_refused(tmp_path: Path, upstrea
     result = subprocess.run([*procs.kvgate_command(config), "--processes", "2"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert 'state.backend = "redis"' in result.stderr and "Traceback" not in result.stderr
+
+
+def _stream_text(url: str) -> str:
+    client = _client(url, FREE)
+    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "long"}], stream=True,
+                                            extra_body={"fake": "slow_stream"})
+    parts = []
+    for chunk in stream:
+        if chunk.choices:
+            parts.append(chunk.choices[0].delta.content or "")
+            finish = chunk.choices[0].finish_reason
+    assert finish == "stop"
+    return "".join(parts)
+
+
+def test_ctrl_c_to_the_process_group_lets_streams_finish(pool: tuple[str, procs.Child]) -> None:
+    url, child = pool
+    with concurrent.futures.ThreadPoolExecutor(4) as threads:
+        streams = [threads.submit(_stream_text, url) for _ in range(4)]
+        time.sleep(0.8)  # every stream has its first words
+        os.killpg(child.process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: parent and children
+        texts = [stream.result(timeout=30) for stream in streams]
+    assert texts == ["".join(f" w{i}" for i in range(10))] * 4
+    assert child.process.wait(30) == 0
+    log = child.log.read_text()
+    assert "Traceback" not in log and "CancelledError" not in log, log[-2000:]
+
+
+def test_a_killed_parent_takes_its_children_along(pool: tuple[str, procs.Child]) -> None:
+    url, child = pool
+    pids = _children(child.process.pid)
+    child.process.kill()
+    child.process.wait(10)
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in pids), "children outlived their SIGKILLed parent"
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/health")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_several_processes_need_a_redis_that_answers(tmp_path: Path, upstream: FakeUpstream) -> None:
+    config = _config(tmp_path, procs.free_port_block(1), upstream, prefix="kvgate-test-down:")
+    config.write_text(config.read_text().replace("127.0.0.1:6379", "127.0.0.1:1"))
+    result = subprocess.run([*procs.kvgate_command(config), "--processes", "2"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "state.redis_url" in result.stderr and "Traceback" not in result.stderr

@@ -25,6 +25,8 @@ Scripts:
     stall          send the 200 headers, then wait forever before the first byte of the body.
     hang_stream    stream: send the first content chunk, then wait forever.
     empty_stream   status 200 text/event-stream with an empty body.
+    slow_stream    stream (chat): a role chunk, ten content chunks 0.2 s apart, a finish chunk and
+                   ``[DONE]`` (about 2 s: streams in flight while a test stops the gateway).
 
 Every request seen is recorded in ``FakeUpstream.requests`` (headers with lower-case names, raw
 body, parsed body);
@@ -174,6 +176,14 @@ class FakeUpstream:
             return response
         if script == "stall":
             await asyncio.sleep(3600)
+        if script == "slow_stream":  # a role chunk, ten words 0.2 s apart, finish, [DONE]: about 2 s
+            await response.write(_chat_chunk(model, {"role": "assistant", "content": ""}))
+            for index in range(10):
+                await asyncio.sleep(0.2)
+                await response.write(_chat_chunk(model, {"content": f" w{index}"}))
+            await response.write(_chat_chunk(model, {}, finish="stop"))
+            await response.write(b"data: [DONE]\n\n")
+            return response
         if script == "first_error":
             await response.write(FIRST_ERROR)
             await response.write(b"data: [DONE]\n\n")

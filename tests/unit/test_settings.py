@@ -151,6 +151,9 @@ BAD = [
     ),
     ("public-host-without-keys", {"server": {"host": "0.0.0.0"}}, r"auth\.api_keys: required when server\.host is not loopback"),
     ("hostname-without-keys", {"server": {"host": "gateway.internal"}}, r"auth\.api_keys: required"),
+    ("redis-url-scheme", {"state": {"backend": "redis", "redis_url": "http://127.0.0.1:6379/0"}}, r"state(\.redis_url)?: .*redis://"),
+    ("redis-url-not-a-url", {"state": {"backend": "redis", "redis_url": "notaurl"}}, r"state(\.redis_url)?: .*rediss://"),
+    ("processes-zero", {"server": {"processes": 0}}, r"server\.processes: "),
 ]
 
 
