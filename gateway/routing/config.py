@@ -75,7 +75,11 @@ class IndexSettings(_Section):
         262_144, ge=1, description="KV capacity assumed until the endpoint reports vllm:cache_config_info."
     )
     default_block_tokens: int = Field(16, ge=1, description="Engine KV block size assumed until reported.")
-    max_blocks_per_endpoint: int = Field(1_000_000, ge=1, description="Hard cap of one endpoint's index (memory bound).")
+    max_blocks_per_endpoint: int = Field(
+        262_144, ge=1,
+        description="Hard cap of one endpoint's index, in blocks (memory bound: about 200 bytes of gateway RSS per block, "
+        "~50 MB at the default; 262,144 blocks of 256 bytes cover ~16M tokens, more KV than one engine holds).",
+    )
     min_scale: float = Field(0.05, gt=0, le=1, description="Lowest capacity correction of the closed loop.")
     max_scale: float = Field(1.5, ge=1, description="Highest capacity correction of the closed loop.")
 
