@@ -6,7 +6,7 @@ the gateway's Python work alone: parsing, auth, route selection, scheduling (pre
 the attempt loop, metrics and accounting. uvicorn's HTTP parsing and aiohttp's client are left
 out (see bench/overhead for the end-to-end figure). ``--profile`` prints cProfile's top entries.
 
-    .venv/bin/python bench/gateway_path.py [--requests 20000] [--profile] [--stream]
+    .venv/bin/python bench/gateway_path.py [--requests 20000] [--profile] [--stream] [--redis-url URL]
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ async def main() -> int:
     parser.add_argument("--profile-out", help="with --profile: also write the cProfile stats to this file (pstats)")
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--no-fast-path", action="store_true", help="send inference through FastAPI's stack (A/B)")
+    parser.add_argument("--redis-url", help="state backend redis at this URL (default: memory), e.g. redis://127.0.0.1:6379/15")
     args = parser.parse_args()
     upstream = CannedUpstream()
     upstream.stream = args.stream
@@ -107,6 +108,8 @@ async def main() -> int:
         "auth": {"api_keys": ["sk-bench"]},
         "clusters": {"fast": {"endpoints": [{"url": f"http://127.0.0.1:{9000 + i}/v1", "model": "m"} for i in range(4)]}},
         "models": {"m": {"cluster": "fast"}},
+        **({"state": {"backend": "redis", "redis_url": args.redis_url, "key_prefix": f"kvgate-gp-{time.time_ns()}:"}}
+           if args.redis_url else {}),
     })
     app = create_app(settings, upstream=upstream, health_checks=False)
     if args.no_fast_path:

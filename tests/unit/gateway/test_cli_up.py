@@ -21,3 +21,14 @@ def test_up_settings_know_the_local_context_length() -> None:
     settings = up_settings(args, [], "smollm2")
     assert settings.clusters["fast"].max_context_tokens == LOCAL_MAX_MODEL_LEN
     assert settings.models["smollm2"].aliases == ["default"]
+
+
+def test_fixed_mmap_threshold_is_accepted_by_glibc() -> None:
+    import sys
+
+    from gateway.cli import fixed_mmap_threshold
+
+    if not sys.platform.startswith("linux"):
+        assert fixed_mmap_threshold() is False
+    else:
+        assert fixed_mmap_threshold() is True  # mallopt returns 1 on success (glibc)
