@@ -172,6 +172,14 @@ class KeyGate:
             await self._write(self._take([]))
 
     async def run(self) -> None:
-        """Write queued settlements in batches until cancelled."""
+        """Write queued settlements in batches until cancelled.
+
+        redis-py (7.4) can swallow a cancellation that arrives during a pipeline's ``execute``;
+        the loop checks ``Task.cancelling()`` after each write so a stop never waits forever on
+        the next ``queue.get()``.
+        """
+        task = asyncio.current_task()
         while True:
             await self._write(self._take([await self._queue.get()]))
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError

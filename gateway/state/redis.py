@@ -211,17 +211,21 @@ class RedisStore:
         self._tasks = [asyncio.create_task(self._flush_loop()), asyncio.create_task(self._heartbeat_loop())]
 
     async def _flush_loop(self) -> None:
+        task = asyncio.current_task()
         while True:
             await self._wake.wait()
             self._wake.clear()
             await self.flush()
+            _raise_if_cancelling(task)
 
     async def _heartbeat_loop(self) -> None:
+        task = asyncio.current_task()
         empty = PrefixKey((), None, 0, 1)
         while True:
             await self._sleep(self._settings.heartbeat_s)
             if self._clock() >= self._retry_at:
                 await self.lookup(list(self._local_in_flight()), empty)
+            _raise_if_cancelling(task)
 
     async def aclose(self) -> None:
         for task in self._tasks:
@@ -234,3 +238,9 @@ class RedisStore:
             async with asyncio.timeout(self._deadline * 10):
                 await self.flush()
         await self._client.aclose()
+
+
+def _raise_if_cancelling(task: asyncio.Task[None] | None) -> None:
+    """Re-raise a cancellation that a Redis call swallowed (redis-py 7.4 can, mid-command)."""
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

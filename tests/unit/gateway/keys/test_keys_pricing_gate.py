@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -150,3 +152,31 @@ async def test_settlement_is_queued_and_written_in_batches() -> None:
     assert await store.spent("k", key.limits, NOW) == 33
     rows = await store.usage("k", ["2027-01-13"])
     assert rows[0]["requests"] == 3 and rows[0]["cached_tokens"] == 12 and rows[0]["cost_micro_usd"] == 33
+
+
+class _SwallowingStore(MemoryQuotaStore):
+    """A store whose settle swallows a cancellation, as redis-py 7.4's pipeline execute can."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing = asyncio.Event()
+
+    async def settle(self, settlements: Any) -> None:
+        self.writing.set()
+        try:
+            await asyncio.sleep(0.2)
+        except asyncio.CancelledError:
+            pass
+        await super().settle(settlements)
+
+
+async def test_run_stops_when_the_store_swallows_the_cancellation() -> None:
+    store = _SwallowingStore()
+    gate = KeyGate(KeyTable(), store, wall_clock=lambda: NOW)
+    key = KeyRecord("k", "team", "p", "d", KeyLimits())
+    task = asyncio.create_task(gate.run())
+    gate.settle(Admission(key), "m", "c", True, TokenUsage(7, 4, 3), 0.0)
+    await store.writing.wait()
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert done == {task} and task.cancelled()  # before the fix: waited forever on the next queue.get()
