@@ -19,10 +19,10 @@ draining, weight) are the answering child's own view.
 
 The parent serves nothing and holds no socket. It
 
-* restarts a child that exits unasked, after a backoff (``restart_backoff_s`` doubling up to 30 s;
-  back to the start once a child has run 60 s), and gives up (stops every child, exit status 1)
-  when children fail ``crash_loop_limit`` times in a row within 10 s of their start (a bad port,
-  a config the child refuses);
+* restarts a child that exits unasked, after the backoff of ``backends.lifecycle.RestartPolicy``
+  (the vLLM workers' policy; here 0.5 s doubling up to 30 s), and gives up (stops every child,
+  exit status 1) when one child exits ``crash_loop_limit`` (5) times within ``crash_window_s``
+  (60 s): a bad port, a config the child refuses;
 * on SIGTERM or SIGINT sends SIGTERM to every child (each drains: uvicorn's graceful shutdown,
   30 s) and SIGKILLs what is left after ``stop_timeout_s``; exit status 0. A child drains on its
   first signal and ignores repeats (Ctrl-C reaches it from the terminal and again from the parent);
@@ -46,12 +46,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from yarl import URL
+
+from backends.lifecycle import RestartPolicy
 from gateway.settings import ConfigError, Settings
 
 log = logging.getLogger("kvgate.processes")
 
+# backoff 0.5 s doubling to 30 s; five unasked exits of one process within a minute stop the pool
+RESTART_POLICY = RestartPolicy(backoff_initial_s=0.5, backoff_max_s=30.0, crash_loop_limit=5, crash_window_s=60.0)
+
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-PROCESS_INDEX_ENV = "KVGATE_PROCESS_INDEX"
 PARENT_PID_ENV = "KVGATE_POOL_PARENT_PID"
 
 
@@ -93,13 +98,9 @@ def check_shared_store(settings: Settings, processes: int, timeout_s: float = 3.
 
 
 def _redacted(url: str) -> str:
-    """``url`` without a password (``redis://:secret@host`` -> ``redis://:***@host``)."""
-    head, sep, tail = url.partition("@")
-    if not sep or ":" not in head.split("//", 1)[-1]:
-        return url
-    scheme, _, credentials = head.partition("//")
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}//{user}:***@{tail}"
+    """``url`` with its password masked (``redis://:secret@host`` -> ``redis://:***@host``)."""
+    parsed = URL(url)
+    return str(parsed.with_password("***")) if parsed.password else url
 
 
 def exit_with_parent() -> None:
@@ -144,10 +145,7 @@ def reuseport_socket(host: str, port: int, backlog: int = 2048) -> socket.socket
 class _Child:
     index: int
     process: asyncio.subprocess.Process | None = None
-    started_at: float = 0.0
-    restarts: int = 0
-    backoff_s: float = 0.0
-    pids: list[int] = field(default_factory=list)
+    crashes: list[float] = field(default_factory=list)  # monotonic times of unasked exits in the window
 
 
 class GatewayProcessPool:
@@ -157,14 +155,11 @@ class GatewayProcessPool:
     :meth:`run` returns the exit status: 0 after a requested stop, 1 after a crash loop.
     """
 
-    def __init__(self, argv: Sequence[str], count: int, *, restart_backoff_s: float = 0.5,
-                 max_backoff_s: float = 30.0, crash_loop_limit: int = 5, stop_timeout_s: float = 40.0) -> None:
-        self.argv, self.count = list(argv), count
-        self.restart_backoff_s, self.max_backoff_s = restart_backoff_s, max_backoff_s
-        self.crash_loop_limit, self.stop_timeout_s = crash_loop_limit, stop_timeout_s
+    def __init__(self, argv: Sequence[str], count: int, *, policy: RestartPolicy = RESTART_POLICY,
+                 stop_timeout_s: float = 40.0) -> None:
+        self.argv, self.count, self.policy, self.stop_timeout_s = list(argv), count, policy, stop_timeout_s
         self.children = [_Child(index) for index in range(count)]
         self._stopping = asyncio.Event()
-        self._quick_failures = 0
         self._multiproc_dir = ""
 
     def request_stop(self) -> None:
@@ -207,11 +202,8 @@ class GatewayProcessPool:
         return status
 
     async def _spawn(self, child: _Child) -> None:
-        env = {**os.environ, MULTIPROC_ENV: self._multiproc_dir, PROCESS_INDEX_ENV: str(child.index),
-               PARENT_PID_ENV: str(os.getpid())}
+        env = {**os.environ, MULTIPROC_ENV: self._multiproc_dir, PARENT_PID_ENV: str(os.getpid())}
         child.process = await asyncio.create_subprocess_exec(*self.argv, env=env)
-        child.started_at = time.monotonic()
-        child.pids.append(child.process.pid)
 
     async def _wait(self, child: _Child) -> int:
         assert child.process is not None
@@ -220,26 +212,21 @@ class GatewayProcessPool:
     async def _restart(self, child: _Child, code: int) -> bool:
         """Restart ``child`` after its unasked exit; False when the pool should give up."""
         assert child.process is not None
-        ran_s = time.monotonic() - child.started_at
         _mark_dead(child.process.pid, self._multiproc_dir)
-        if ran_s < 10.0:
-            self._quick_failures += 1
-        else:
-            self._quick_failures = 0
-        if self._quick_failures >= self.crash_loop_limit:
-            log.error("kvgate: gateway process %d exited with status %s; %d quick failures in a row, stopping",
-                      child.index, code, self._quick_failures)
+        now = time.monotonic()
+        child.crashes = [t for t in child.crashes if now - t < self.policy.crash_window_s] + [now]
+        if len(child.crashes) >= self.policy.crash_loop_limit:
+            log.error("kvgate: gateway process %d exited with status %s; %d exits in %.0f s, stopping",
+                      child.index, code, len(child.crashes), self.policy.crash_window_s)
             return False
-        child.backoff_s = self.restart_backoff_s if ran_s >= 60.0 or not child.backoff_s else min(
-            child.backoff_s * 2, self.max_backoff_s)
-        log.warning("kvgate: gateway process %d (pid %d) exited with status %s after %.1f s; restarting in %.1f s",
-                    child.index, child.process.pid, code, ran_s, child.backoff_s)
+        delay = self.policy.backoff_s(len(child.crashes))
+        log.warning("kvgate: gateway process %d (pid %d) exited with status %s; restarting in %.1f s",
+                    child.index, child.process.pid, code, delay)
         try:
-            await asyncio.wait_for(self._stopping.wait(), child.backoff_s)
+            await asyncio.wait_for(self._stopping.wait(), delay)
             return True  # asked to stop meanwhile: nothing to restart
         except asyncio.TimeoutError:
             pass
-        child.restarts += 1
         await self._spawn(child)
         return True
 

@@ -30,6 +30,7 @@ from gateway.keys.model import KeyRecord
 from gateway.keys.pricing import TokenUsage
 from gateway.keys.quota_store import QuotaStore, Settlement
 from gateway.keys.table import ANONYMOUS, KeyTable
+from gateway.state.base import raise_if_cancelling
 
 log = logging.getLogger("kvgate.keys")
 
@@ -174,12 +175,10 @@ class KeyGate:
     async def run(self) -> None:
         """Write queued settlements in batches until cancelled.
 
-        redis-py (7.4) can swallow a cancellation that arrives during a pipeline's ``execute``;
-        the loop checks ``Task.cancelling()`` after each write so a stop never waits forever on
-        the next ``queue.get()``.
+        redis-py (7.4) can swallow a cancellation that arrives during a pipeline's ``execute``:
+        :func:`~gateway.state.base.raise_if_cancelling` after each write.
         """
         task = asyncio.current_task()
         while True:
             await self._write(self._take([await self._queue.get()]))
-            if task is not None and task.cancelling():
-                raise asyncio.CancelledError
+            raise_if_cancelling(task)

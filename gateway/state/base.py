@@ -13,9 +13,10 @@ backend answers from its local view with ``degraded=True``; it never raises to t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.prefix.hashing import PrefixKey
 
@@ -66,3 +67,12 @@ class StateStore(Protocol):
 
     async def aclose(self) -> None: ...
 
+
+def raise_if_cancelling(task: asyncio.Task[Any] | None) -> None:
+    """Re-raise a cancellation of ``task`` that a Redis call swallowed (redis-py 7.4 can, mid-command).
+
+    Background loops call it after each store call, so a stop never waits forever on their next
+    ``await``.
+    """
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

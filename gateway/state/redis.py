@@ -35,7 +35,7 @@ from redis.retry import Retry
 from gateway.prefix.hashing import PrefixKey
 from gateway.routing.config import StateSettings
 from gateway.routing.metrics import RoutingMetrics
-from gateway.state.base import StoreView
+from gateway.state.base import StoreView, raise_if_cancelling
 from gateway.state.memory import MemoryStore
 from gateway.state.redis_scripts import LOOKUP, WRITE
 
@@ -216,7 +216,7 @@ class RedisStore:
             await self._wake.wait()
             self._wake.clear()
             await self.flush()
-            _raise_if_cancelling(task)
+            raise_if_cancelling(task)
 
     async def _heartbeat_loop(self) -> None:
         task = asyncio.current_task()
@@ -225,7 +225,7 @@ class RedisStore:
             await self._sleep(self._settings.heartbeat_s)
             if self._clock() >= self._retry_at:
                 await self.lookup(list(self._local_in_flight()), empty)
-            _raise_if_cancelling(task)
+            raise_if_cancelling(task)
 
     async def aclose(self) -> None:
         for task in self._tasks:
@@ -239,8 +239,3 @@ class RedisStore:
                 await self.flush()
         await self._client.aclose()
 
-
-def _raise_if_cancelling(task: asyncio.Task[None] | None) -> None:
-    """Re-raise a cancellation that a Redis call swallowed (redis-py 7.4 can, mid-command)."""
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError

@@ -262,3 +262,12 @@ def test_several_processes_need_a_redis_that_answers(tmp_path: Path, upstream: F
     result = subprocess.run([*procs.kvgate_command(config), "--processes", "2"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     assert "state.redis_url" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_process_that_keeps_exiting_stops_the_pool_with_status_1() -> None:
+    import sys
+
+    from gateway.process_pool import GatewayProcessPool
+
+    pool = GatewayProcessPool([sys.executable, "-c", "raise SystemExit(3)"], 1)
+    assert asyncio.run(pool.run()) == 1  # five exits within the crash window (backoff 0.5, 1, 2, 4 s)

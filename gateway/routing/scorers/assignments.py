@@ -14,13 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gateway.routing.scorers import inverse_to_max
 from gateway.routing.types import Candidate, Context
 
 
 class AssignmentsScorer:
     def score(self, ctx: Context, candidates: Sequence[Candidate]) -> list[float]:
-        shares = [c.recent / c.weight for c in candidates]
-        top = max(shares, default=0.0)
-        if top <= 0:
-            return [1.0] * len(candidates)
-        return [1.0 - share / top for share in shares]
+        return inverse_to_max([c.recent / c.weight for c in candidates])

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gateway.routing.scorers import inverse_to_max
 from gateway.routing.types import Candidate, Context
 
 
 class InFlightScorer:
     def score(self, ctx: Context, candidates: Sequence[Candidate]) -> list[float]:
-        loads = [c.in_flight / c.weight for c in candidates]
-        top = max(loads, default=0.0)
-        if top <= 0:
-            return [1.0] * len(candidates)
-        return [1.0 - load / top for load in loads]
+        return inverse_to_max([c.in_flight / c.weight for c in candidates])
