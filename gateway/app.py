@@ -42,6 +42,7 @@ from gateway.routes.selector import RouteSelector, spent_from
 from gateway.routing.runtime import RoutingRuntime
 from gateway.settings import Settings
 from gateway.upstream.client import AiohttpUpstream, Upstream
+from gateway.upstream.native import NativeUpstream
 
 log = logging.getLogger("kvgate")
 
@@ -121,7 +122,7 @@ def create_app(
 
     Args:
         settings: validated configuration.
-        upstream: the upstream client; default: an :class:`AiohttpUpstream` opened at start-up.
+        upstream: the upstream client; default: :class:`NativeUpstream` (or :class:`AiohttpUpstream`, ``upstream.client``) opened at start-up.
         clock: monotonic clock in seconds (injected for tests).
         health_checks: run active health checks in the background.
         config_path: the TOML file ``POST /admin/reload`` re-reads (None: reload is refused).
@@ -171,7 +172,12 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = upstream or AiohttpUpstream(settings.upstream)
+        if upstream is not None:
+            client: Upstream = upstream
+        elif settings.upstream.client == "aiohttp":
+            client = AiohttpUpstream(settings.upstream)
+        else:
+            client = NativeUpstream(settings.upstream)
         container.upstream = client
         traced = container.ops.wrap_upstream(client)
         container.proxy = Proxy(

@@ -142,8 +142,13 @@ class CircuitSettings(_Section):
 
 
 class UpstreamSettings(_Section):
-    """The pooled HTTP client that talks to endpoints (aiohttp; chosen by bench/upstream_client.py)."""
+    """The pooled HTTP client that talks to endpoints (chosen by measurement: bench/upstream_client.py)."""
 
+    client: Literal["native", "aiohttp"] = Field(
+        "native",
+        description="native: kvgate's HTTP/1.1 client (httptools parser, gateway/upstream/native.py), the least "
+        "CPU per request; aiohttp: aiohttp's client, kept as a fallback.",
+    )
     pool_size: int = Field(1024, ge=1, description="Most open connections to all endpoints together.")
     keepalive_s: float = Field(60.0, ge=0, description="Idle keep-alive connections are closed after this, seconds.")
     max_attempts: int = Field(

@@ -1,4 +1,4 @@
-"""The aiohttp upstream client over real loopback TCP, at the byte level a scripted fake can't reach.
+"""Both upstream clients (native and aiohttp) over real loopback TCP, at the byte level a scripted fake can't reach.
 
 A raw asyncio server writes the HTTP/1.1 response by hand, so the test decides exactly which
 bytes arrive before the connection breaks.
@@ -15,7 +15,8 @@ import pytest_asyncio
 
 from gateway.errors import UpstreamError
 from gateway.settings import UpstreamSettings
-from gateway.upstream.client import AiohttpUpstream
+from gateway.upstream.client import AiohttpUpstream, Upstream
+from gateway.upstream.native import NativeUpstream
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 FIRST = b'data: {"n": 1}\n\n'
@@ -62,15 +63,15 @@ async def breaking() -> AsyncIterator[BreakingServer]:
         yield fake
 
 
-@pytest_asyncio.fixture
-async def upstream() -> AsyncIterator[AiohttpUpstream]:
-    client = AiohttpUpstream(UpstreamSettings())
+@pytest_asyncio.fixture(params=["native", "aiohttp"])
+async def upstream(request: pytest.FixtureRequest) -> AsyncIterator[Upstream]:
+    client: Upstream = NativeUpstream(UpstreamSettings()) if request.param == "native" else AiohttpUpstream(UpstreamSettings())
     yield client
     await client.aclose()
 
 
 async def test_bytes_received_before_a_break_are_relayed_before_the_error(
-    breaking: BreakingServer, upstream: AiohttpUpstream
+    breaking: BreakingServer, upstream: Upstream
 ) -> None:
     extra = {"connect_timeout_s": 5.0} if "connect_timeout_s" in inspect.signature(upstream.post).parameters else {}
     response = await upstream.post(breaking.url, b"{}", {"Content-Type": "application/json"}, **extra)
