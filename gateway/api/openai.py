@@ -12,6 +12,9 @@ renders.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
 from fastapi import Request, Response
 from starlette.requests import ClientDisconnect
 from starlette.routing import Route
@@ -20,7 +23,7 @@ from gateway.errors import GatewayError, PayloadTooLargeError
 from gateway.exchange import CANCELLED, CLIENT_ERROR, UPSTREAM_ERROR
 from gateway.protocol.openai import Operation, parse_request
 from gateway.proxy import BufferedReply
-from gateway.upstream.streaming import ClientDisconnected, race_disconnect
+from gateway.upstream.streaming import ClientDisconnected, StreamRelay, race_disconnect
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -45,26 +48,44 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def inference(request: Request, operation: Operation) -> Response:
-    """Serve one inference request (called by the fast path and by the routes below)."""
-    container = request.app.state.container
+Watch = Callable[[Awaitable[Any]], Awaitable[Any]]
+"""Awaits the forwarding step, raising :class:`ClientDisconnected` (and cancelling it) if the client leaves."""
+
+
+async def handle_inference(
+    container: Any,
+    operation: Operation,
+    headers: Mapping[str, str],
+    raw: bytes,
+    request_id: str,
+    state: Any,
+    watch: Watch,
+    key: Any = None,
+) -> tuple[BufferedReply | StreamRelay, dict[str, str]]:
+    """Serve one inference request whose body ``raw`` was read; server-agnostic.
+
+    Used by the ASGI handler below and by the HTTP protocol's fast path (``gateway/api/server.py``).
+    ``headers``: lowercase names. ``key``: the client's key when the caller authenticated already.
+    Returns the reply and the ``x-kvgate-*`` headers to add.
+
+    Raises:
+        GatewayError: the OpenAI-shaped error to answer with (the exchange is finished).
+        ClientDisconnected: the client left while the request was forwarded (finished as cancelled).
+    """
     gate = container.ops.gate
-    key = gate.authenticate(request.headers.get("authorization"))
-    try:
-        raw = await read_body(request, container.settings.server.max_body_bytes)
-    except ClientDisconnected:  # left during the upload: nothing to answer, nothing to count
-        return Response(status_code=499)
+    if key is None:
+        key = gate.authenticate(headers.get("authorization"))
     parsed = parse_request(operation, raw)
-    routed = await container.selector.select(parsed, key, request.headers)
-    route = container.proxy.route_for(parsed, request.headers.get("x-failover-route"), routed.route)
+    routed = await container.selector.select(parsed, key, headers)
+    route = container.proxy.route_for(parsed, headers.get("x-failover-route"), routed.route)
     admission = await gate.admit(key, parsed.model, len(raw))
-    exchange = container.ops.exchange(request.state.request_id, parsed.model, container.clock, admission, request.state)
+    exchange = container.ops.exchange(request_id, parsed.model, container.clock, admission, state)
     container.selector.attach(exchange, routed)
     try:
-        reply = await race_disconnect(container.proxy.forward(routed.request, exchange, route), request.receive)
+        reply = await watch(container.proxy.forward(routed.request, exchange, route))
     except ClientDisconnected:
         exchange.finish(CANCELLED)
-        return Response(status_code=499)
+        raise
     except GatewayError as error:
         exchange.error_type = error.code or str(error.status)
         exchange.finish(CLIENT_ERROR if error.status < 500 else UPSTREAM_ERROR)
@@ -74,6 +95,27 @@ async def inference(request: Request, operation: Operation) -> Response:
         "x-kvgate-cluster": exchange.cluster,
         "x-kvgate-endpoint": exchange.endpoint,
     }
+    return reply, route_headers
+
+
+async def inference(request: Request, operation: Operation) -> Response:
+    """Serve one inference request through ASGI (the fast path in ``api/fastpath.py`` and the routes below)."""
+    container = request.app.state.container
+    key = container.ops.gate.authenticate(request.headers.get("authorization"))  # 401 before reading a body
+    try:
+        raw = await read_body(request, container.settings.server.max_body_bytes)
+    except ClientDisconnected:  # left during the upload: nothing to answer, nothing to count
+        return Response(status_code=499)
+
+    def watch(work: Awaitable[Any]) -> Awaitable[Any]:
+        return race_disconnect(work, request.receive)
+
+    try:
+        reply, route_headers = await handle_inference(
+            container, operation, request.headers, raw, request.state.request_id, request.state, watch, key
+        )
+    except ClientDisconnected:
+        return Response(status_code=499)
     if isinstance(reply, BufferedReply):
         return Response(reply.body, reply.status, route_headers, media_type=reply.content_type)
     reply.headers.extend((name.encode(), value.encode()) for name, value in route_headers.items())

@@ -12,6 +12,8 @@ from typing import Any
 import uvicorn
 from aiohttp import web
 
+from gateway.api.server import uvicorn_config
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -34,7 +36,8 @@ class ServerThread:
     @classmethod
     def uvicorn(cls, app: Any) -> ServerThread:
         async def serve(port: int, ready: asyncio.Event, stop: asyncio.Event) -> None:
-            config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+            # kvgate's own protocol (gateway/api/server.py), as `kvgate serve` runs it
+            config = uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
             server = uvicorn.Server(config)
             server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
             task = asyncio.create_task(server.serve())
