@@ -26,6 +26,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, Metric
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gateway.observability.metrics import cache_children
+
 
 class RouteMetrics:
     """Route selection's instruments on ``registry``."""
@@ -56,6 +58,8 @@ class RouteMetrics:
             buckets=(1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3),
             registry=registry,
         )
+        for instrument in (self.selections, self.context_rejections, self.key_cost):
+            cache_children(instrument)
 
     def watch_clusters(self, views: Callable[[], Iterable[Any]]) -> None:
         """Export each tiered cluster's live view (``routes/load.py``) at scrape time."""

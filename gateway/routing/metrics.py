@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from gateway.observability.metrics import cache_children
+
 
 class RoutingMetrics:
     """Instruments of the routing framework on ``registry``."""
@@ -58,3 +60,5 @@ class RoutingMetrics:
         self.restarts = Counter(
             "kvgate_engine_restarts", "Endpoint restarts detected from its metrics (index cleared).", ["endpoint"], registry=r,
         )
+        for instrument in (self.producer_failures, self.hot_spot_diversions, self.predictions, self.accuracy, self.capacity):
+            cache_children(instrument)
