@@ -240,14 +240,19 @@ class _Response:
 
     async def read(self) -> bytes:
         conn = self._conn
+        chunks: list[bytes] = []
         while not conn._complete:
-            if conn._error is not None:
+            if conn._body:  # taken as it comes, so a body over the high-water mark resumes reading
+                chunks.append(conn.take())
+            elif conn._error is not None:
                 self.close()
                 raise conn._error
-            await conn._wait()
-        body = conn.take()
+            else:
+                await conn._wait()
+        if conn._body:
+            chunks.append(conn.take())
         self.release()
-        return body
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def next_chunk(self) -> bytes:
         conn = self._conn
@@ -315,6 +320,8 @@ class NativeUpstream:
                 return
 
     def _discard(self, conn: _Connection) -> None:
+        if conn._busy and not conn._complete:  # our own abort: never read as the end of a length-less body
+            conn._fail(UpstreamError(_BROKEN if conn._head_done else "connection closed by the gateway"))
         if conn.transport is not None and not conn._lost:
             conn.transport.abort()  # connection_lost follows (soon) and calls _forget
         self._forget(conn)
@@ -361,8 +368,12 @@ class NativeUpstream:
             try:
                 async with asyncio.timeout(connect_timeout_s):
                     await waiter
-            except TimeoutError:
-                raise UpstreamTimeoutError("timed out") from None
+            except BaseException as error:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # woken, then timed out or cancelled before running: pass the slot on
+                if isinstance(error, TimeoutError):
+                    raise UpstreamTimeoutError("timed out") from None
+                raise
 
     async def _connect(self, target: _Target, connect_timeout_s: float) -> _Connection:
         conn = _Connection(self, target.origin)
