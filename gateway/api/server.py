@@ -69,6 +69,8 @@ class InferenceCycle(RequestResponseCycle):
                 return
             log.error("unhandled error on POST %s", self.scope.get("path"), exc_info=exc)
             if not self.response_started and not self.disconnected:
+                if self.more_body:  # an unread body would be taken for the next request
+                    self.keep_alive = False
                 self._write_error(GatewayError(_INTERNAL))
             else:
                 self.transport.close()
@@ -127,7 +129,8 @@ class InferenceCycle(RequestResponseCycle):
         container = self.gateway.state.container
         raw_id = incoming_request_id(scope["headers"]) or os.urandom(16).hex().encode()
         self._request_id = raw_id
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        # the first of repeated headers wins, as with Starlette's Headers.get on the ASGI path
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(scope["headers"])}
         try:
             key = container.ops.gate.authenticate(headers.get("authorization"))
             limit = container.settings.server.max_body_bytes
