@@ -12,7 +12,7 @@
 * ``kvgate_key_cost_usd_total{key, model, cluster}``: the cost of answered requests by key name
   (``kvgate_cost_usd_total`` has no key label), priced as ``keys/pricing.py`` says: uncached
   input, cached input and output tokens each at the cluster's own price.
-* ``kvgate_route_classifier_seconds``: time to read a request's signals (features and classifier).
+* ``kvgate_route_classifier_seconds``: time to read the signals of a request routed by ``auto`` (features and classifier).
 * At scrape time, per tiered cluster: ``kvgate_cluster_predicted_ttft_seconds``,
   ``kvgate_cluster_load`` and ``kvgate_cluster_error_rate`` (``routes/load.py``).
 """

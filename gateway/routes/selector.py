@@ -118,6 +118,7 @@ class RouteSelector:
         self.tracker = LoadTracker()
         self._budgets: dict[str, tuple[float, float | None]] = {}
         self._profiles: tuple[Settings, int, dict[str, ClusterProfile]] | None = None
+        self._params: tuple[Any, PolicyParams] | None = None
         metrics.watch_clusters(self.tiered_views)
 
     def profiles(self) -> dict[str, ClusterProfile]:
@@ -151,7 +152,16 @@ class RouteSelector:
         return [view for view in self.views().values() if view.tier is not None]
 
     def params(self) -> PolicyParams:
+        """The policy's parameters from the settings in force (rebuilt when a reload swaps them)."""
         config = self._settings().route_selection
+        cached = self._params
+        if cached is not None and cached[0] is config:
+            return cached[1]
+        params = self._build_params(config)
+        self._params = (config, params)
+        return params
+
+    def _build_params(self, config: Any) -> PolicyParams:
         threshold = config.classifier_threshold if config.classifier_threshold is not None else self.model.threshold
         return PolicyParams(
             threshold=threshold,
@@ -195,12 +205,14 @@ class RouteSelector:
         params = self.params()
         views = self.views(None if entry.selects else list(entry.route.clusters))
         config = settings.route_selection
+        classifier = self.model if entry.selects == "auto" else None
         started = self._clock()
         signals = read_signals(
-            request, self.model if entry.selects == "auto" else None, chars_per_token=config.chars_per_token,
+            request, classifier, chars_per_token=config.chars_per_token,
             tool_bias=config.tool_bias, strict_json_bias=config.strict_json_bias,
         )
-        self._metrics.signal_seconds.observe(self._clock() - started)
+        if classifier is not None:  # the histogram times the classifier; without one only estimates are read
+            self._metrics.signal_seconds.observe(self._clock() - started)
         limits = Limits(max_ttft_s, max_cost)
         try:
             if entry.selects == "auto":
