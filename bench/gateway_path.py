@@ -1,12 +1,13 @@
 """kvgate's own CPU per request, without the network: the ASGI app driven in-process.
 
 A canned upstream (the :class:`~gateway.upstream.client.Upstream` seam, no sockets) answers every
-request at once, and the app is called directly with ASGI scope/receive/send, so the figure is
+request at once, and the handler ``kvgate serve`` runs per request (``handle_inference``, as
+``gateway/api/server.py`` calls it; ``--asgi``: the ASGI app with scope/receive/send), so the figure is
 the gateway's Python work alone: parsing, auth, route selection, scheduling (prefix hashing),
 the attempt loop, metrics and accounting. uvicorn's HTTP parsing and aiohttp's client are left
 out (see bench/overhead for the end-to-end figure). ``--profile`` prints cProfile's top entries.
 
-    .venv/bin/python bench/gateway_path.py [--requests 20000] [--profile] [--stream] [--redis-url URL]
+    .venv/bin/python bench/gateway_path.py [--requests 20000] [--profile] [--stream] [--asgi] [--redis-url URL]
 """
 
 from __future__ import annotations
@@ -18,12 +19,16 @@ import json
 import pstats
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gateway.api.openai import handle_inference  # noqa: E402
 from gateway.app import create_app  # noqa: E402
+from gateway.cli import tune_gc  # noqa: E402
+from gateway.protocol.openai import Operation  # noqa: E402
 from gateway.settings import build_settings  # noqa: E402
 
 BODY = json.dumps({"id": "x", "object": "chat.completion", "created": 1, "model": "m",
@@ -93,6 +98,28 @@ async def drive(app: Any, body: bytes, n: int) -> None:
         assert status == [200], status
 
 
+async def drive_core(app: Any, body: bytes, n: int, stream: bool) -> None:
+    """What ``kvgate serve`` runs per request (gateway/api/server.py): the handler on a dict of headers."""
+    container = app.state.container
+    headers = {"host": "x", "content-type": "application/json", "authorization": "Bearer sk-bench",
+               "content-length": str(len(body))}
+
+    async def watch(work: Any) -> Any:
+        return await work
+
+    async def send(message: Any) -> None: ...
+
+    async def receive() -> Any:
+        await asyncio.sleep(3600)
+
+    for _ in range(n):
+        key = container.ops.gate.authenticate(headers.get("authorization"))
+        state = types.SimpleNamespace(request_id="r")
+        reply, _ = await handle_inference(container, Operation.CHAT, headers, body, "r", state, watch, key)
+        if stream:
+            await reply({"type": "http"}, receive, send)
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=20000)
@@ -100,6 +127,8 @@ async def main() -> int:
     parser.add_argument("--profile-out", help="with --profile: also write the cProfile stats to this file (pstats)")
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--no-fast-path", action="store_true", help="send inference through FastAPI's stack (A/B)")
+    parser.add_argument("--asgi", action="store_true",
+                        help="drive the ASGI app (GatewayApp's fast path) instead of the handler `kvgate serve` calls")
     parser.add_argument("--redis-url", help="state backend redis at this URL (default: memory), e.g. redis://127.0.0.1:6379/15")
     args = parser.parse_args()
     upstream = CannedUpstream()
@@ -118,12 +147,15 @@ async def main() -> int:
     body = json.dumps({"model": "m", "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}],
                        "max_tokens": 20, "stream": args.stream}).encode()
     async with app.router.lifespan_context(app):
-        await drive(app, body, 500)  # warm-up
+        run = (lambda n: drive(app, body, n)) if args.asgi or args.no_fast_path else (
+            lambda n: drive_core(app, body, n, args.stream))
+        await run(500)  # warm-up
+        tune_gc()  # as `kvgate serve` after start-up
         profiler = cProfile.Profile() if args.profile else None
         started_cpu = time.process_time()
         if profiler:
             profiler.enable()
-        await drive(app, body, args.requests)
+        await run(args.requests)
         if profiler:
             profiler.disable()
         cpu = time.process_time() - started_cpu
@@ -137,4 +169,6 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    import uvloop  # as `kvgate serve`
+
+    sys.exit(uvloop.run(main()))

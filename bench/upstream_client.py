@@ -5,6 +5,7 @@ alternating rounds, three proxies in front of it, each a separate uvicorn proces
 
     fastapi+httpx     a minimal FastAPI handler forwarding with ``httpx.AsyncClient``
     fastapi+aiohttp   the same handler forwarding with ``aiohttp.ClientSession``
+    fastapi+native    the same handler forwarding with kvgate's ``NativeUpstream`` (gateway/upstream/native.py)
     kvgate            the real gateway (``create_app``), default settings, one endpoint
 
 The load generator (aiohttp client, pinned to core 1 with the upstream) sends N non-streaming
@@ -78,12 +79,17 @@ def minimal_proxy(kind: str, upstream: str):  # type: ignore[no-untyped-def]
             import httpx
 
             state["client"] = httpx.AsyncClient(limits=httpx.Limits(max_connections=256), timeout=60)
+        elif kind == "native":
+            from gateway.settings import UpstreamSettings
+            from gateway.upstream.native import NativeUpstream
+
+            state["client"] = NativeUpstream(UpstreamSettings(pool_size=256))
         else:
             import aiohttp
 
             state["client"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
         yield
-        await state["client"].aclose() if kind == "httpx" else await state["client"].close()  # type: ignore[attr-defined]
+        await state["client"].close() if kind == "aiohttp" else await state["client"].aclose()  # type: ignore[attr-defined]
 
     app = FastAPI(lifespan=lifespan)
 
@@ -96,6 +102,9 @@ def minimal_proxy(kind: str, upstream: str):  # type: ignore[no-untyped-def]
         if kind == "httpx":
             reply = await client.post(url, content=body, headers=headers)  # type: ignore[attr-defined]
             return Response(reply.content, reply.status_code, media_type="application/json")
+        if kind == "native":
+            answer = await client.post(url, body, headers, 5.0)  # type: ignore[attr-defined]
+            return Response(await answer.read(), answer.status, media_type="application/json")
         async with client.post(url, data=body, headers=headers) as reply:  # type: ignore[attr-defined]
             return Response(await reply.read(), reply.status, media_type="application/json")
 
@@ -112,10 +121,12 @@ def run_proxy(kind: str, port: int, upstream: str) -> None:
         settings = build_settings(
             {"clusters": {"fast": {"endpoints": [{"url": upstream, "model": "m"}]}}, "models": {"m": {"cluster": "fast"}}}
         )
-        app = create_app(settings)
-    else:
-        app = minimal_proxy(kind, upstream)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        from gateway.api.server import uvicorn_config
+
+        config = uvicorn_config(create_app(settings), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        uvicorn.Server(config).run()  # kvgate's own protocol, as `kvgate serve`
+        return
+    uvicorn.run(minimal_proxy(kind, upstream), host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 # ---- the driver -------------------------------------------------------------------------------
@@ -211,13 +222,13 @@ def main() -> int:
     upstream_port = free_port()
     upstream_proc = spawn(["--role", "upstream", "--port", str(upstream_port)], core=1)
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
-    kinds = ("fastapi+httpx", "fastapi+aiohttp", "kvgate")
+    kinds = ("fastapi+httpx", "fastapi+aiohttp", "fastapi+native", "kvgate")
     results: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
     try:
         asyncio.run(wait_ready(f"http://127.0.0.1:{upstream_port}/health"))
         for _ in range(args.rounds):
             for kind in kinds:
-                internal = {"fastapi+httpx": "httpx", "fastapi+aiohttp": "aiohttp", "kvgate": "kvgate"}[kind]
+                internal = {"fastapi+httpx": "httpx", "fastapi+aiohttp": "aiohttp", "fastapi+native": "native", "kvgate": "kvgate"}[kind]
                 results[kind].append(measure(internal, upstream, args.requests, args.concurrency))
     finally:
         upstream_proc.terminate()

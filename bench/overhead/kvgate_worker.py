@@ -28,13 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    from gateway.api.server import uvicorn_config
     from gateway.app import create_app
+    from gateway.cli import tune_gc
     from gateway.observability.logging import configure_logging
     from gateway.settings import load_settings
 
     settings = load_settings(args.config)
     configure_logging(settings.logging.format, settings.server.log_level)
-    config = uvicorn.Config(
+    config = uvicorn_config(  # kvgate's own protocol (gateway/api/server.py), as `kvgate serve`
         create_app(settings, config_path=args.config),
         log_level=settings.server.log_level,
         access_log=False,
@@ -42,7 +44,12 @@ def main(argv: list[str] | None = None) -> int:
         lifespan="on",
         timeout_graceful_shutdown=5,
     )
-    server = uvicorn.Server(config)
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+            await super().startup(sockets=sockets)
+            tune_gc()  # as `kvgate serve`
+
+    server = Server(config)
     sock = reuseport_socket(settings.server.host, settings.server.port)
     if args.loop == "uvloop":
         import uvloop

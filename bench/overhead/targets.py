@@ -10,6 +10,8 @@ figure subtracts.
                     prefix hashing, scheduling, the /metrics scraper), client auth with one key,
                     Prometheus metrics on; N > 1 workers: ``kvgate serve --processes N``
                     on one SO_REUSEPORT port with a Redis state store
+    floor           kvgate's HTTP stack with no gateway logic (``bench/overhead/floor_proxy.py``):
+                    what kvgate costs above it is its own Python logic
     litellm         LiteLLM proxy, one worker, master key, local cost map (offline)
     vllm-router     vLLM's Rust router, default policy (cache_aware), Prometheus on a free port
     sglang-router   SGLang's Rust router, default policy (cache_aware), Prometheus on a free port
@@ -29,7 +31,7 @@ from bench.overhead.load import wait_ready
 from bench.overhead.proctree import Proc, free_port, spawn, stop
 from bench.overhead.upstream import MODEL
 
-ALL_TARGETS = ("direct", "kvgate", "litellm", "vllm-router", "sglang-router", "portkey")
+ALL_TARGETS = ("direct", "kvgate", "floor", "litellm", "vllm-router", "sglang-router", "portkey")
 CLIENT_KEY = "sk-bench-overhead-0123456789"
 READY_TIMEOUT_S = {"litellm": 240.0, "portkey": 90.0}
 
@@ -176,6 +178,21 @@ def start_kvgate(ctx: Context) -> Target:
     return _ready(target, 60.0)
 
 
+def start_floor(ctx: Context) -> Target:
+    """kvgate's HTTP stack with no gateway logic (``bench/overhead/floor_proxy.py``)."""
+    port = free_port()
+    repo = Path(__file__).resolve().parents[2]
+    env = _clean_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH", "")]))
+    argv = [sys.executable, "-m", "bench.overhead.floor_proxy", "--port", str(port), "--upstream", f"{ctx.upstream}/v1/chat/completions"]
+    proc = spawn("floor", argv, cores=ctx.cores, log_dir=ctx.logs, env=env, cwd=repo)
+    target = Target(
+        "floor", f"http://127.0.0.1:{port}/v1/chat/completions", {}, [proc.pid], [proc],
+        version="bench.overhead.floor_proxy", notes="uvicorn httptools protocol + native client, no gateway logic",
+    )
+    return _ready(target, 30.0)
+
+
 def start_litellm(ctx: Context) -> Target:
     installed = _installed("litellm", ctx)
     port = free_port()
@@ -251,6 +268,7 @@ def start_portkey(ctx: Context) -> Target:
 STARTERS: dict[str, Callable[[Context], Target]] = {
     "direct": start_direct,
     "kvgate": start_kvgate,
+    "floor": start_floor,
     "litellm": start_litellm,
     "vllm-router": start_vllm_router,
     "sglang-router": start_sglang_router,
