@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gateway.keys.pricing import TokenUsage
 from gateway.observability.metrics import GatewayMetrics
 
 SUCCESS = "success"
@@ -31,7 +32,7 @@ class Exchange:
         "request_id", "model", "route", "cluster", "endpoint", "decision", "attempts", "continuations",
         "started", "_clock", "_metrics", "outcome",
         "usage", "first_token_at", "ended_at", "error_type", "admission", "trace", "_on_finish",
-        "selection", "_listeners",
+        "selection", "_listeners", "tokens",
     )
 
     def __init__(
@@ -56,6 +57,7 @@ class Exchange:
         self.started = clock()
         self.outcome: str | None = None
         self.usage: Any = None
+        self.tokens: TokenUsage | None = None  # ``usage`` read once at finish, for every listener
         self.first_token_at: float | None = None
         self.ended_at = 0.0
         self.error_type: str | None = None
@@ -75,6 +77,7 @@ class Exchange:
             return
         self.outcome = outcome
         self.usage, self.first_token_at, self.ended_at = usage, first_token_at, self._clock()
+        self.tokens = TokenUsage.from_openai(usage)
         if self._on_finish is not None:
             self._on_finish(self)
         for listener in self._listeners:

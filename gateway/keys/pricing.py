@@ -56,7 +56,7 @@ class TokenUsage:
     @classmethod
     def from_openai(cls, usage: Any) -> TokenUsage | None:
         """From an OpenAI ``usage`` object; None if it is missing or malformed."""
-        if not isinstance(usage, Mapping):
+        if type(usage) is not dict and not isinstance(usage, Mapping):  # a dict (parsed JSON) skips the ABC check
             return None
         prompt = usage.get("prompt_tokens")
         completion = usage.get("completion_tokens")

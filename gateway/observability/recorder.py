@@ -40,7 +40,7 @@ class ExchangeRecorder:
     def finished(self, exchange: Any) -> None:
         m = self._metrics
         model, cluster, outcome = exchange.model, exchange.cluster, exchange.outcome
-        tokens = TokenUsage.from_openai(exchange.usage)
+        tokens = exchange.tokens
         cost = cost_usd(self._pricing.get(cluster), tokens) if tokens is not None and cluster else 0.0
         if outcome in _ERROR_OUTCOMES:
             m.errors.labels(model, cluster, exchange.error_type or outcome).inc()

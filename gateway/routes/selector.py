@@ -256,7 +256,7 @@ class RouteSelector:
             return
         routed: Routed | None = getattr(exchange, "selection", None)
         view = routed.views.get(cluster) if routed is not None else None
-        tokens = TokenUsage.from_openai(exchange.usage)
+        tokens = exchange.tokens
         first = exchange.first_token_at
         self.tracker.observe(
             profile,

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from gateway.endpoints.registry import EndpointRegistry
 from gateway.errors import InvalidRequestError, StateStoreError
 from gateway.keys.model import KeyLimits, KeyRecord
-from gateway.keys.pricing import Pricing
+from gateway.keys.pricing import Pricing, TokenUsage
 from gateway.protocol.openai import Operation, parse_request
 from gateway.routes.catalog import ModelCatalog
 from gateway.routes.classifier import ClassifierModel
@@ -166,6 +166,7 @@ class FakeExchange:
         self.first_token_at, self.ended_at, self.usage, self.admission = 3.0, 10.0, None, None
         self.listeners: list[Any] = []
         self.__dict__.update(fields)
+        self.tokens = TokenUsage.from_openai(self.usage)  # as Exchange.finish sets it
 
     def add_listener(self, callback: Any) -> None:
         self.listeners.append(callback)
