@@ -144,13 +144,21 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     # -- httptools callbacks ----------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self._complete:  # bytes after the answer (a second response nobody asked for): never reuse
+            self._keep_alive = False
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._complete:
+            return
         key = name.decode("latin-1").lower()
         if key == "content-length" or (key == "transfer-encoding" and b"chunked" in value.lower()):
             self._length_known = True
         self.headers[key] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
+        if self._complete:
+            return
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # an interim response (we never send Expect): skip it
             self.headers = {}
@@ -161,6 +169,8 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if self._complete:
+            return
         self._body.append(body)
         self._buffered += len(body)
         if self._buffered > _HIGH_WATER and not self._paused and self.transport is not None:
@@ -169,7 +179,7 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
-        if not self._head_done:
+        if not self._head_done or self._complete:
             return
         self._complete = True
         self._keep_alive = self._parser.should_keep_alive()  # read now: the parser resets after this callback

@@ -975,3 +975,20 @@ async def test_aclose_during_a_close_framed_body_is_not_a_complete_body(
     with pytest.raises(UpstreamError):
         while await asyncio.wait_for(response.next_chunk(), WAIT_S):
             pass
+
+
+async def test_bytes_after_a_complete_answer_are_not_added_to_its_body(
+    start_endpoint: StartEndpoint, make_pool: MakePool
+) -> None:
+    """A second, unasked-for response in the same write is dropped, and the connection is not reused."""
+
+    async def handler(conn: Conn) -> None:
+        await conn.read_request()
+        await conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nzz")
+        await conn.until_client_closes()
+
+    endpoint = await start_endpoint(handler)
+    pool = make_pool()
+    response = await _post(pool, endpoint.url())
+    assert await asyncio.wait_for(response.read(), WAIT_S) == b"ok"
+    await asyncio.wait_for(endpoint.conns[0].client_closed.wait(), WAIT_S)
