@@ -20,7 +20,6 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from gateway.keys.pricing import TokenUsage
 from gateway.observability.tracing import CURRENT, RequestTrace
 
 log = logging.getLogger("kvgate.access")
@@ -50,7 +49,7 @@ def access_fields(scope: dict[str, Any], status: int, duration_s: float) -> dict
         )
         if exchange.admission is not None:
             fields["key_id"] = exchange.admission.key.id
-        tokens = TokenUsage.from_openai(exchange.usage)
+        tokens = exchange.tokens
         if tokens is not None:
             fields.update(input_tokens=tokens.input, cached_tokens=tokens.cached, output_tokens=tokens.output)
     return fields

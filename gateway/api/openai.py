@@ -26,22 +26,27 @@ from gateway.proxy import BufferedReply
 from gateway.upstream.streaming import ClientDisconnected, StreamRelay, race_disconnect
 
 
+def check_body_size(declared: str | None, read: int, limit: int) -> None:
+    """Raise PayloadTooLargeError (413) if ``Content-Length`` (``declared``) or the bytes ``read`` so far exceed ``limit``."""
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLargeError(f"Request body of {declared} bytes exceeds the limit of {limit} bytes.")
+    if read > limit:
+        raise PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes.")
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The whole request body.
 
     Raises:
         PayloadTooLargeError: (413) ``Content-Length`` or the bytes read exceed ``limit`` bytes.
     """
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLargeError(f"Request body of {declared} bytes exceeds the limit of {limit} bytes.")
+    check_body_size(request.headers.get("content-length"), 0, limit)
     chunks: list[bytes] = []
     size = 0
     try:
         async for chunk in request.stream():
             size += len(chunk)
-            if size > limit:
-                raise PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes.")
+            check_body_size(None, size, limit)
             chunks.append(chunk)
     except ClientDisconnect:
         raise ClientDisconnected() from None

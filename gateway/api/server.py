@@ -41,8 +41,8 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.api.fastpath import GatewayApp
 from gateway.api.middleware import incoming_request_id
-from gateway.api.openai import handle_inference
-from gateway.errors import GatewayError, PayloadTooLargeError
+from gateway.api.openai import check_body_size, handle_inference
+from gateway.errors import GatewayError
 from gateway.protocol.openai import Operation
 from gateway.proxy import BufferedReply
 from gateway.upstream.streaming import ClientDisconnected
@@ -60,6 +60,7 @@ class InferenceCycle(RequestResponseCycle):
     operation: Operation
     task: asyncio.Task[None] | None = None
     _watching = False
+    _request_id: bytes | None = None  # set once the request's id is known; echoed on every answer
 
     async def run_asgi(self, app: Any) -> None:  # the name uvicorn calls; ``app`` is not used
         try:
@@ -69,8 +70,6 @@ class InferenceCycle(RequestResponseCycle):
                 return
             log.error("unhandled error on POST %s", self.scope.get("path"), exc_info=exc)
             if not self.response_started and not self.disconnected:
-                if self.more_body:  # an unread body would be taken for the next request
-                    self.keep_alive = False
                 self._write_error(GatewayError(_INTERNAL))
             else:
                 self.transport.close()
@@ -108,8 +107,7 @@ class InferenceCycle(RequestResponseCycle):
         while True:
             if self.body:
                 size += len(self.body)
-                if size > limit:
-                    raise PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes.")
+                check_body_size(None, size, limit)
                 chunks.append(bytes(self.body))
                 self.body = bytearray()
             if self.disconnected:
@@ -134,9 +132,7 @@ class InferenceCycle(RequestResponseCycle):
         try:
             key = container.ops.gate.authenticate(headers.get("authorization"))
             limit = container.settings.server.max_body_bytes
-            declared = headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > limit:
-                raise PayloadTooLargeError(f"Request body of {declared} bytes exceeds the limit of {limit} bytes.")
+            check_body_size(headers.get("content-length"), 0, limit)
             raw = await self._body(limit)
             if raw is None:
                 return  # left during the upload: nothing to answer, nothing to count
@@ -147,8 +143,6 @@ class InferenceCycle(RequestResponseCycle):
         except ClientDisconnected:
             return
         except GatewayError as error:
-            if self.more_body:  # an unread body would be taken for the next request
-                self.keep_alive = False
             self._write_error(error)
             return
         extra = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in route_headers.items()]
@@ -161,9 +155,8 @@ class InferenceCycle(RequestResponseCycle):
 
     def _write_error(self, error: GatewayError) -> None:
         extra = [(name.lower().encode("latin-1"), str(value).encode("latin-1")) for name, value in error.headers.items()]
-        request_id = getattr(self, "_request_id", None)
-        if request_id is not None:
-            extra.append((b"x-request-id", request_id))
+        if self._request_id is not None:
+            extra.append((b"x-request-id", self._request_id))
         self._write(error.status, b"application/json", error.body(), extra)
 
     def _write(self, status: int, content_type: bytes, body: bytes, extra: list[tuple[bytes, bytes]]) -> None:
@@ -172,6 +165,8 @@ class InferenceCycle(RequestResponseCycle):
             return
         self.response_started = True
         self.waiting_for_100_continue = False
+        if self.more_body:  # answered before the body was read: the rest would be taken for the next request
+            self.keep_alive = False
         content = [STATUS_LINE[status]]
         for name, value in self.default_headers:
             content += (name, b": ", value, b"\r\n")

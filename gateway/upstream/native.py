@@ -121,12 +121,10 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError:
-            self._fail(UpstreamError("invalid HTTP response"))
-            self.transport.abort()  # type: ignore[union-attr]
-        except httptools.HttpParserUpgrade:
-            self._fail(UpstreamError("unexpected protocol upgrade"))
-            self.transport.abort()  # type: ignore[union-attr]
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as error:
+            upgrade = isinstance(error, httptools.HttpParserUpgrade)
+            self._fail(UpstreamError("unexpected protocol upgrade" if upgrade else "invalid HTTP response"))
+            self._pool._discard(self)
 
     def eof_received(self) -> bool:
         return False  # close the transport; connection_lost follows
@@ -397,20 +395,15 @@ class NativeUpstream:
                     ssl=_ssl_context() if target.tls else None,
                     server_hostname=target.host if target.tls else None,
                 )
-        except TimeoutError:
-            self._forget(conn)
-            raise UpstreamTimeoutError("timed out") from None
-        except ssl.SSLError as error:
-            self._forget(conn)
-            raise UpstreamError(f"TLS handshake failed ({error.reason or type(error).__name__})") from None
-        except OSError as error:
-            self._forget(conn)
-            detail = os.strerror(error.errno) if error.errno else type(error).__name__  # never the address
-            raise UpstreamError(f"connection failed ({detail})") from None
-        except BaseException:
-            self._forget(conn)
-            if conn.transport is not None:
-                conn.transport.abort()
+        except BaseException as error:
+            self._discard(conn)  # frees the slot; aborts the transport if it was made
+            if isinstance(error, TimeoutError):
+                raise UpstreamTimeoutError("timed out") from None
+            if isinstance(error, ssl.SSLError):
+                raise UpstreamError(f"TLS handshake failed ({error.reason or type(error).__name__})") from None
+            if isinstance(error, OSError):
+                detail = os.strerror(error.errno) if error.errno else type(error).__name__  # never the address
+                raise UpstreamError(f"connection failed ({detail})") from None
             raise
         return conn
 
@@ -437,13 +430,11 @@ class NativeUpstream:
             async with asyncio.timeout(timeout_s):
                 response = await self._request(b"GET", url, b"", {}, timeout_s)
                 await response.read()
-        except TimeoutError:
+        except BaseException as error:
             if response is not None:
                 response.close()
-            raise UpstreamTimeoutError("timed out") from None
-        except BaseException:
-            if response is not None:
-                response.close()
+            if isinstance(error, TimeoutError):
+                raise UpstreamTimeoutError("timed out") from None
             raise
         return response.status
 
