@@ -8,7 +8,7 @@ the producer answers at once through ``produce_now``.
 :func:`run_producers` first asks every producer that has ``produce_now`` for an immediate answer
 (no task, no timer: about 2 us instead of 8 for a deadline-bound await); the others, and those
 answering :data:`PENDING`, run concurrently, each under ``routing.producer_deadline_ms``
-(``asyncio.timeout``: no extra task for a single producer). A producer that times out or raises
+(``gateway/deadlines.py``: no extra task or timer for a single producer). A producer that times out or raises
 **drops its hint**: the request is scheduled without it (for ``state``: no prefix match, local
 in-flight counts) and ``kvgate_routing_producer_failures_total{producer, reason}`` counts it. A
 request is never failed by a producer.
@@ -21,6 +21,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gateway.deadlines import deadline
 from gateway.endpoints.model import Endpoint
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.types import PENDING, Context, DataProducer
@@ -48,7 +49,7 @@ async def _guarded(
     metrics: RoutingMetrics,
 ) -> tuple[str, Any]:
     try:
-        async with asyncio.timeout(deadline_s):
+        with deadline(deadline_s):
             return name, await producer.produce(ctx, endpoints)
     except TimeoutError:
         metrics.producer_failures.labels(name, "timeout").inc()

@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from gateway.deadlines import deadline
 from gateway.errors import UpstreamError, UpstreamTimeoutError
 from gateway.settings import UpstreamSettings
 
@@ -374,7 +375,7 @@ class NativeUpstream:
             waiter = self._loop.create_future()
             self._slot_waiters.append(waiter)
             try:
-                async with asyncio.timeout(connect_timeout_s):
+                with deadline(connect_timeout_s):
                     await waiter
             except BaseException as error:
                 if waiter.done() and not waiter.cancelled():
@@ -387,7 +388,7 @@ class NativeUpstream:
         conn = _Connection(self, target.origin)
         self._open.add(conn)  # holds the slot while connecting
         try:
-            async with asyncio.timeout(connect_timeout_s):
+            with deadline(connect_timeout_s):
                 await self._loop.create_connection(
                     lambda: conn,
                     target.host,
@@ -427,7 +428,7 @@ class NativeUpstream:
     async def probe(self, url: str, timeout_s: float) -> int:
         response: _Response | None = None
         try:
-            async with asyncio.timeout(timeout_s):
+            with deadline(timeout_s):
                 response = await self._request(b"GET", url, b"", {}, timeout_s)
                 await response.read()
         except BaseException as error:

@@ -37,6 +37,7 @@ from typing import Any
 import orjson
 
 from gateway.continuation import ContinuationRewriter
+from gateway.deadlines import deadline
 from gateway.endpoints.model import Endpoint
 from gateway.errors import GatewayError
 from gateway.exchange import CANCELLED, SUCCESS, UPSTREAM_ERROR, Exchange
@@ -193,7 +194,7 @@ class StreamRelay:
 
     async def _next(self, source: Upstreamed) -> bytes:
         try:
-            async with asyncio.timeout(self._idle_s):
+            with deadline(self._idle_s):
                 return await source.response.next_chunk()
         except TimeoutError:
             raise _Broken("idle_timeout", f"sent nothing for {self._idle_s:g} s") from None
