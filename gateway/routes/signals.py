@@ -36,7 +36,7 @@ _EFFORT = {"none": LIGHT, "minimal": LIGHT, "low": REASONING, "medium": REASONIN
 _THINKING_TYPE = {"enabled": REASONING, "disabled": LIGHT}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # made per request, never changed: not frozen (a frozen __init__ costs ~5x)
 class RequestSignals:
     """Everything the policy reads about one request.
 
