@@ -138,12 +138,16 @@ def queue_wait(occupancies: Iterable[tuple[float, float]], service_s: float, qua
 
     With no routable endpoint: ``(inf, inf)``.
     """
-    best_wait = best_load = float("inf")
+    best_wait = best_load = math.inf
     for occupied, slots in occupancies:
-        whole = max(1, round(slots))
-        ahead = math.ceil(occupied + 1.0 - slots - 1e-9)
-        best_wait = min(best_wait, slot_wait(ahead, whole, service_s, quantile))
-        best_load = min(best_load, (occupied + 1.0) / slots)
+        load = (occupied + 1.0) / slots
+        if load < best_load:
+            best_load = load
+        if best_wait:  # a wait of 0 cannot be beaten
+            ahead = math.ceil(occupied + 1.0 - slots - 1e-9)
+            wait = slot_wait(ahead, max(1, round(slots)), service_s, quantile) if ahead > 0 else 0.0
+            if wait < best_wait:
+                best_wait = wait
     return best_wait, best_load
 
 
@@ -181,20 +185,15 @@ class LoadTracker:
     ) -> ClusterView:
         """The cluster's state now. ``fresh_scrape(name)``: an endpoint's scrape if not stale."""
         estimates = self._for(profile)
-        pairs = [
-            (occupancy(e, fresh_scrape(e.name)), profile.slots_per_endpoint * e.spec.weight)
-            for e in endpoints
-            if e.routable
-        ]
+        per_endpoint = profile.slots_per_endpoint
+        pairs = []
+        for e in endpoints:
+            if e.routable:
+                spec = e.spec
+                pairs.append((occupancy(e, fresh_scrape(spec.name)), per_endpoint * spec.weight))
         wait, load = queue_wait(pairs, estimates.service_s, quantile)
         return ClusterView(
-            profile=profile,
-            routable=len(pairs),
-            load=load,
-            wait_s=wait,
-            base_ttft_s=estimates.base_s,
-            error_rate=estimates.error_rate,
-            output_tokens=estimates.output_tokens,
+            profile, len(pairs), load, wait, estimates.base_s, estimates.error_rate, estimates.output_tokens
         )
 
     def observe(

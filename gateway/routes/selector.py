@@ -10,7 +10,9 @@
 5. decide with the pure policy (``routes/policy.py``); ``auto`` gets a route of its own
    (primary, then the failover chain), tier aliases their tier's clusters best first, public
    model names their configured route less clusters that cannot hold the prompt (400
-   ``context_length_exceeded`` when none can);
+   ``context_length_exceeded`` when none can). A public model name none of whose clusters sets
+   ``max_context_tokens`` keeps its route without step 4 (nothing to estimate; ``explain``
+   reads the signals when asked);
 6. switch thinking off in the body when a reasoning request is downgraded onto a cluster that
    supports it (``routes/rewrite.py``).
 
@@ -23,7 +25,7 @@ feeds the serving cluster's load model and counts the request's cost by key.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +47,7 @@ from gateway.routes.signals import RequestSignals, read_signals
 from gateway.settings import Settings
 
 BUDGET_TTL_S = 1.0
+_NO_LIMITS = Limits()
 _MAX_BUDGET_ENTRIES = 10_000
 
 SpentReader = Callable[[KeyRecord], Awaitable[float | None]]
@@ -138,15 +141,22 @@ class RouteSelector:
             return None
         return scrape
 
-    def views(self, names: list[str] | None = None) -> dict[str, ClusterView]:
+    def views(self, names: Sequence[str] | None = None) -> dict[str, ClusterView]:
         """Live views of the named clusters (default: all), at current prices."""
         settings = self._settings()
         profiles = self.profiles()
         wanted = profiles if names is None else {n: profiles[n] for n in names if n in profiles}
         quantile = settings.route_selection.wait_quantile
-        return {
-            name: self.tracker.view(p, self._registry.cluster(name), self._fresh, quantile) for name, p in wanted.items()
-        }
+        fresh = self._fresh
+        if self._board is not None:  # one clock read for every endpoint of the views
+            get, now, stale_after = self._board.get, self._clock(), self._stale_after_s
+
+            def fresh(name: str) -> Scrape | None:
+                scrape = get(name)
+                return scrape if scrape is not None and now - scrape.at <= stale_after else None
+
+        view, cluster = self.tracker.view, self._registry.cluster
+        return {name: view(p, cluster(name), fresh, quantile) for name, p in wanted.items()}
 
     def tiered_views(self) -> list[ClusterView]:
         return [view for view in self.views().values() if view.tier is not None]
@@ -203,7 +213,13 @@ class RouteSelector:
         settings = self._settings()
         max_ttft_s, max_cost = request_limits(headers, settings.route_selection.limits_for(key.name))
         params = self.params()
-        views = self.views(None if entry.selects else list(entry.route.clusters))
+        views = self.views(None if entry.selects else entry.route.clusters)
+        if entry.selects is None and not any(v.profile.max_context_tokens for v in views.values()):
+            # a public model name whose clusters set no context limit keeps its route as it is:
+            # nothing to estimate (the signals are read when explained)
+            limits = _NO_LIMITS if max_ttft_s is None and max_cost is None else Limits(max_ttft_s, max_cost)
+            selection = Selection(entry.route.clusters, entry.route.reason)
+            return Routed(request.model, entry.route, request, selection, views, None, limits, params.threshold)
         config = settings.route_selection
         classifier = self.model if entry.selects == "auto" else None
         started = self._clock()
@@ -233,7 +249,9 @@ class RouteSelector:
         signals: RequestSignals, limits: Limits, threshold: float,
     ) -> Routed:
         base = entry.route
-        route = Route(base.name, selection.clusters, failover=base.failover, reason=selection.reason, timeouts=base.timeouts)
+        route = base
+        if selection.clusters != base.clusters or selection.reason != base.reason:
+            route = Route(base.name, selection.clusters, failover=base.failover, reason=selection.reason, timeouts=base.timeouts)
         if selection.thinking_off:
             request = thinking_off(request, views[selection.clusters[0]].profile.thinking_switch)
         return Routed(request.model, route, request, selection, views, signals, limits, threshold)
@@ -277,6 +295,12 @@ class RouteSelector:
     def explain(self, routed: Routed) -> dict[str, Any]:
         """The decision as JSON-ready data (admin explain endpoint)."""
         signals, limits, margin = routed.signals, routed.limits, self.params().context_margin
+        if signals is None:  # not read when selecting (a pinned route with no context limit)
+            config = self._settings().route_selection
+            signals = read_signals(
+                routed.request, None, chars_per_token=config.chars_per_token,
+                tool_bias=config.tool_bias, strict_json_bias=config.strict_json_bias,
+            )
         clusters = {}
         for name, view in routed.views.items():
             clusters[name] = {
