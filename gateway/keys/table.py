@@ -19,6 +19,8 @@ from gateway.errors import AuthenticationError
 from gateway.keys.model import KeyRecord, digest
 
 ANONYMOUS = KeyRecord(id="anonymous", name="anonymous", prefix="", digest="", source="none")
+MAX_SEEN = 10_000
+"""Accepted ``Authorization`` values whose digest is remembered (the cache is emptied when full)."""
 
 
 def _masked(key: str) -> str:
@@ -33,6 +35,9 @@ class KeyTable:
         self._stored: tuple[KeyRecord, ...] = ()
         self._by_digest: dict[str, KeyRecord] = {}
         self._by_id: dict[str, KeyRecord] = {}
+        # header value -> digest, for keys accepted before: SHA-256 once per key, not per request
+        # (about 1.7 us); the record is still looked up by digest each time, so a revoked key fails
+        self._seen: dict[str, str] = {}
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -72,6 +77,11 @@ class KeyTable:
         """
         if not self._by_id:
             return ANONYMOUS
+        seen = self._seen.get(authorization) if authorization else None
+        if seen is not None:
+            record = self._by_digest.get(seen)
+            if record is not None:
+                return record
         if not authorization:
             raise AuthenticationError(
                 "You didn't provide an API key. You need to provide your API key in an Authorization "
@@ -81,7 +91,11 @@ class KeyTable:
         key = key.strip()
         if scheme.lower() != "bearer" or not key:
             raise AuthenticationError("The Authorization header must be 'Bearer YOUR_KEY'.")
-        record = self._by_digest.get(digest(key))
+        hashed = digest(key)
+        record = self._by_digest.get(hashed)
         if record is None:
             raise AuthenticationError(f"Incorrect API key provided: {_masked(key)}.")
+        if len(self._seen) >= MAX_SEEN:
+            self._seen.clear()
+        self._seen[authorization] = hashed
         return record

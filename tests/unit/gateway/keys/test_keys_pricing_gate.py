@@ -68,6 +68,24 @@ def test_key_table_authentication(header: str | None, raises: type[Exception] | 
         assert "sk-other" not in str(caught.value) and "sk-good-12345678" not in str(caught.value)
 
 
+def test_a_key_accepted_before_fails_once_revoked_or_removed() -> None:
+    """The table remembers accepted header values (no SHA-256 per request), never their verdict."""
+    _, record = new_key("k", KeyLimits(), NOW)
+    other_secret, other = new_key("other", KeyLimits(), NOW)
+    table = KeyTable()
+    table.upsert(record)
+    table.upsert(other)
+    header = f"Bearer {other_secret}"
+    assert table.authenticate(header) is other
+    assert table.authenticate(header) is other  # the remembered path
+    table.upsert(dataclasses.replace(other, revoked=True))
+    with pytest.raises(AuthenticationError):
+        table.authenticate(header)
+    table.replace(stored=[record])
+    with pytest.raises(AuthenticationError):
+        table.authenticate(header)
+
+
 def test_no_key_means_anonymous_and_revoking_the_last_key_never_reopens() -> None:
     table = KeyTable()
     assert table.authenticate(None) is ANONYMOUS and not table.required
@@ -180,3 +198,35 @@ async def test_run_stops_when_the_store_swallows_the_cancellation() -> None:
     task.cancel()
     done, _ = await asyncio.wait({task}, timeout=5)
     assert done == {task} and task.cancelled()  # before the fix: waited forever on the next queue.get()
+
+
+async def test_the_writer_wakes_for_each_settlement_and_a_full_queue_counts_the_loss() -> None:
+    store = MemoryQuotaStore()
+    errors: list[str] = []
+    gate = KeyGate(KeyTable(), store, wall_clock=lambda: NOW, store_errors=errors.append, queue_size=2)
+    key = KeyRecord("k", "team", "p", "d", KeyLimits(budget_usd=1.0))
+    for _ in range(3):  # before the writer runs: the third does not fit
+        gate.settle(Admission(key), "m", "c", True, TokenUsage(7, 4, 3), 11e-6)
+    assert errors == ["usage_queue_full"] and gate.queued == 2
+    task = asyncio.create_task(gate.run())
+    try:
+        assert await _eventually(lambda: gate.queued == 0)
+        await asyncio.sleep(0.01)
+        assert await store.spent("k", key.limits, NOW) == 22
+        gate.settle(Admission(key), "m", "c", True, TokenUsage(7, 4, 3), 11e-6)  # the writer is waiting now
+        assert await _eventually(lambda: gate.queued == 0)
+        await asyncio.sleep(0.01)
+        assert await store.spent("k", key.limits, NOW) == 33
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def _eventually(check: Any, timeout_s: float = 5.0) -> bool:
+    loop = asyncio.get_running_loop()
+    until = loop.time() + timeout_s
+    while not check():
+        if loop.time() > until:
+            return False
+        await asyncio.sleep(0.005)
+    return True
