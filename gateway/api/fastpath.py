@@ -19,13 +19,12 @@ path is switched off and inference requests take the generic path.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from fastapi import FastAPI, Response
 from starlette.requests import Request
 
-from gateway.api.middleware import incoming_request_id
+from gateway.api.middleware import incoming_request_id, new_request_id
 from gateway.api.openai import inference
 from gateway.errors import GatewayError
 from gateway.protocol.openai import Operation
@@ -55,7 +54,7 @@ class GatewayApp(FastAPI):
 
     async def _serve_inference(self, operation: Operation, scope: Any, receive: Any, send: Any) -> None:
         scope["app"] = self
-        raw_id = incoming_request_id(scope["headers"]) or os.urandom(16).hex().encode()
+        raw_id = incoming_request_id(scope["headers"]) or new_request_id()
         scope.setdefault("state", {})["request_id"] = raw_id.decode()
 
         async def send_with_id(message: Any) -> None:

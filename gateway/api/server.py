@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import types
 from typing import Any
 
@@ -40,7 +39,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from gateway.api.fastpath import GatewayApp
-from gateway.api.middleware import incoming_request_id
+from gateway.api.middleware import incoming_request_id, new_request_id
 from gateway.api.openai import check_body_size, handle_inference
 from gateway.errors import GatewayError
 from gateway.protocol.openai import Operation
@@ -125,7 +124,7 @@ class InferenceCycle(RequestResponseCycle):
     async def _serve(self) -> None:
         scope = self.scope
         container = self.gateway.state.container
-        raw_id = incoming_request_id(scope["headers"]) or os.urandom(16).hex().encode()
+        raw_id = incoming_request_id(scope["headers"]) or new_request_id()
         self._request_id = raw_id
         # the first of repeated headers wins, as with Starlette's Headers.get on the ASGI path
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(scope["headers"])}
