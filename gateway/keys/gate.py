@@ -19,6 +19,7 @@ for metered keys, for deployments where overspend is worse than downtime.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Callable
@@ -83,7 +84,10 @@ class KeyGate:
         self._store_errors = store_errors
         self._refusals = quota_refusals
         self._now = wall_clock
-        self._queue: asyncio.Queue[Settlement] = asyncio.Queue(queue_size)
+        # a deque and one waiter, not an asyncio.Queue: settle runs on every request (~2 us less)
+        self._queue: collections.deque[Settlement] = collections.deque()
+        self._queue_size = queue_size
+        self._wakeup: asyncio.Future[None] | None = None  # the writer's, while it waits for work
         self._store_down = False  # log the first failure and the recovery, not every request
 
     def now(self) -> float:
@@ -150,10 +154,13 @@ class KeyGate:
             output_tokens=tokens.output,
             cost_micro_usd=round(cost_usd * MICRO_USD),
         )
-        try:
-            self._queue.put_nowait(item)
-        except asyncio.QueueFull:
+        if len(self._queue) >= self._queue_size:
             self._store_errors("usage_queue_full")
+            return
+        self._queue.append(item)
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
 
     async def _write(self, batch: list[Settlement]) -> None:
         try:
@@ -163,13 +170,19 @@ class KeyGate:
             log.warning("usage records lost (%d): %s", len(batch), error.message)
 
     def _take(self, batch: list[Settlement]) -> list[Settlement]:
-        while len(batch) < _BATCH and not self._queue.empty():
-            batch.append(self._queue.get_nowait())
+        queue = self._queue
+        while len(batch) < _BATCH and queue:
+            batch.append(queue.popleft())
         return batch
+
+    @property
+    def queued(self) -> int:
+        """Settlements waiting to be written."""
+        return len(self._queue)
 
     async def flush(self) -> None:
         """Write everything queued now."""
-        while not self._queue.empty():
+        while self._queue:
             await self._write(self._take([]))
 
     async def run(self) -> None:
@@ -179,6 +192,13 @@ class KeyGate:
         :func:`~gateway.state.base.raise_if_cancelling` after each write.
         """
         task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
         while True:
-            await self._write(self._take([await self._queue.get()]))
+            if not self._queue:
+                self._wakeup = loop.create_future()
+                try:
+                    await self._wakeup
+                finally:
+                    self._wakeup = None
+            await self._write(self._take([]))
             raise_if_cancelling(task)

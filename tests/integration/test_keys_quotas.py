@@ -127,7 +127,7 @@ def test_tokens_per_minute_hold_across_replicas(pair: Pair, http: httpx.Client) 
     assert wait_until(lambda: _known_everywhere(pair, created["id"]))
     assert _chat(first, http, created["key"]).status_code == 200  # reserves ~20, settles to 10 (7 + 3)
     gate = first.app.state.container.ops.gate
-    assert wait_until(lambda: gate._queue.empty())
+    assert wait_until(lambda: gate.queued == 0)
     _assert_429(_chat(second, http, created["key"]), "rate_limit_exceeded")
 
 
