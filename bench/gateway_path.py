@@ -118,6 +118,8 @@ async def drive_core(app: Any, body: bytes, n: int, stream: bool) -> None:
         reply, _ = await handle_inference(container, Operation.CHAT, headers, body, "r", state, watch, key)
         if stream:
             await reply({"type": "http"}, receive, send)
+        else:
+            reply.settle()
 
 
 async def main() -> int:

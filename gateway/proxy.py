@@ -56,11 +56,24 @@ _RELAYED_HEADERS = ("retry-after",)
 
 @dataclass(slots=True)  # made per request, never changed: not frozen (a frozen __init__ costs ~5x)
 class BufferedReply:
-    """A complete non-streaming answer: the endpoint's status and body bytes, untouched."""
+    """A complete non-streaming answer: the endpoint's status and body bytes, untouched.
+
+    ``after``: the request's accounting still to do (prefix commit, breaker, closed loop, the
+    exchange's end: metrics, cost, key usage). Whoever writes the answer calls :meth:`settle`
+    right after writing it, without awaiting in between: the client gets its answer ~25 us
+    sooner, and nothing else runs on the event loop before the accounting is done.
+    """
 
     status: int
     body: bytes
     content_type: str
+    after: Callable[[], None] | None = None
+
+    def settle(self) -> None:
+        """Do the accounting left in ``after`` (once; later calls do nothing). Never raises on its own."""
+        after, self.after = self.after, None
+        if after is not None:
+            after()
 
 
 class _Retry(Exception):
@@ -191,11 +204,15 @@ class Proxy:
                 handed_off = True
                 return relay
             reply = await self._buffered(endpoint, request, body, exchange, route)
-            decision.commit(endpoint)
-            endpoint.record_success()
-            usage = _usage_of(reply.body)
-            decision.observe(endpoint, usage)
-            exchange.finish(SUCCESS, usage=usage)
+
+            def after() -> None:
+                decision.commit(endpoint)
+                endpoint.record_success()
+                usage = _usage_of(reply.body)
+                decision.observe(endpoint, usage)
+                exchange.finish(SUCCESS, usage=usage)
+
+            reply.after = after
             return reply
         except UpstreamClientError:
             endpoint.breaker.release_probe()

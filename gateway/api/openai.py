@@ -71,7 +71,8 @@ async def handle_inference(
 
     Used by the ASGI handler below and by the HTTP protocol's fast path (``gateway/api/server.py``).
     ``headers``: lowercase names. ``key``: the client's key when the caller authenticated already.
-    Returns the reply and the ``x-kvgate-*`` headers to add.
+    Returns the reply and the ``x-kvgate-*`` headers to add; the caller calls a
+    :class:`BufferedReply`'s ``settle()`` once it has written it.
 
     Raises:
         GatewayError: the OpenAI-shaped error to answer with (the exchange is finished).
@@ -122,6 +123,7 @@ async def inference(request: Request, operation: Operation) -> Response:
     except ClientDisconnected:
         return Response(status_code=499)
     if isinstance(reply, BufferedReply):
+        reply.settle()  # before the answer here: Starlette gives no hook right after writing it
         return Response(reply.body, reply.status, route_headers, media_type=reply.content_type)
     reply.headers.extend((name.encode(), value.encode()) for name, value in route_headers.items())
     return reply  # type: ignore[return-value]  # an ASGI response; Starlette awaits it

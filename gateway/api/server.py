@@ -147,7 +147,10 @@ class InferenceCycle(RequestResponseCycle):
         extra = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in route_headers.items()]
         extra.append((b"x-request-id", raw_id))
         if isinstance(reply, BufferedReply):
-            self._write(reply.status, reply.content_type.encode("latin-1"), reply.body, extra)
+            try:
+                self._write(reply.status, reply.content_type.encode("latin-1"), reply.body, extra)
+            finally:
+                reply.settle()  # the accounting, once the answer is on its way
             return
         reply.headers.extend(extra)
         await reply(scope, self.receive, self.send)
