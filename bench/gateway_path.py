@@ -7,7 +7,7 @@ the gateway's Python work alone: parsing, auth, route selection, scheduling (pre
 the attempt loop, metrics and accounting. uvicorn's HTTP parsing and aiohttp's client are left
 out (see bench/overhead for the end-to-end figure). ``--profile`` prints cProfile's top entries.
 
-    .venv/bin/python bench/gateway_path.py [--requests 20000] [--profile] [--stream] [--asgi] [--redis-url URL]
+    .venv/bin/python bench/gateway_path.py [--requests 20000] [--endpoints 4] [--profile] [--stream] [--asgi] [--redis-url URL]
 """
 
 from __future__ import annotations
@@ -128,6 +128,7 @@ async def main() -> int:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-out", help="with --profile: also write the cProfile stats to this file (pstats)")
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--endpoints", type=int, default=4, help="endpoints in the cluster (bench/overhead runs 1)")
     parser.add_argument("--no-fast-path", action="store_true", help="send inference through FastAPI's stack (A/B)")
     parser.add_argument("--asgi", action="store_true",
                         help="drive the ASGI app (GatewayApp's fast path) instead of the handler `kvgate serve` calls")
@@ -137,7 +138,7 @@ async def main() -> int:
     upstream.stream = args.stream
     settings = build_settings({
         "auth": {"api_keys": ["sk-bench"]},
-        "clusters": {"fast": {"endpoints": [{"url": f"http://127.0.0.1:{9000 + i}/v1", "model": "m"} for i in range(4)]}},
+        "clusters": {"fast": {"endpoints": [{"url": f"http://127.0.0.1:{9000 + i}/v1", "model": "m"} for i in range(args.endpoints)]}},
         "models": {"m": {"cluster": "fast"}},
         **({"state": {"backend": "redis", "redis_url": args.redis_url, "key_prefix": f"kvgate-gp-{time.time_ns()}:"}}
            if args.redis_url else {}),

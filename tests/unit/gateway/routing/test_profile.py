@@ -244,3 +244,24 @@ async def test_explained_totals_are_the_weighted_sums_of_the_breakdown() -> None
     for row in decision.explain()["endpoints"]:
         expected = sum(profile.scorers[name] * score for name, score in row["scores"].items())
         assert row["total"] == pytest.approx(expected)
+
+
+async def test_a_single_candidate_is_chosen_unscored_and_explained_with_the_same_scores() -> None:
+    """One routable endpoint: nothing to rank; the scores are computed when read, and are those a
+    scheduler that scored eagerly gives (the same inputs: candidates are snapshots)."""
+    profile = ProfileSettings()
+    lazy, *_ = build(profile)
+    eager, *_ = build(profile)
+    only, sick = endpoint("only"), endpoint("sick")
+    sick.health = Health.UNHEALTHY
+    decision = await lazy.schedule([only, sick], chat(LONG))
+    assert decision.ranked == [only, sick]  # the ejected one still goes last
+    assert decision.breakdown._table is None and callable(decision.breakdown._scores)  # nothing scored yet
+    scores = dict(decision.breakdown["only"])
+    assert set(scores) == set(profile.scorers)
+    ctx = Context("c", chat(LONG), decision.key, RoutingSettings().hot_spot)
+    columns, totals, offset = eager._score(ctx, decision._candidates)
+    assert scores == {name: column[0] for name, column in columns}
+    assert decision.totals == {"only": pytest.approx(totals[0] + offset)}
+    row = decision.explain()["endpoints"][0]
+    assert row["name"] == "only" and row["total"] == pytest.approx(sum(profile.scorers[n] * s for n, s in scores.items()))
