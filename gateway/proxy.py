@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -67,7 +67,7 @@ class BufferedReply:
     status: int
     body: bytes
     content_type: str
-    after: Callable[[], None] | None = None
+    after: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     def settle(self) -> None:
         """Do the accounting left in ``after`` (once; later calls do nothing). Never raises on its own."""

@@ -150,7 +150,10 @@ class InferenceCycle(RequestResponseCycle):
             try:
                 self._write(reply.status, reply.content_type.encode("latin-1"), reply.body, extra)
             finally:
-                reply.settle()  # the accounting, once the answer is on its way
+                try:
+                    reply.settle()  # the accounting, once the answer is on its way
+                except Exception:  # the answer was sent whole: keep the connection, log the fault
+                    log.exception("accounting failed after answering POST %s", scope.get("path"))
             return
         reply.headers.extend(extra)
         await reply(scope, self.receive, self.send)

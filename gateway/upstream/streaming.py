@@ -75,6 +75,7 @@ async def race_disconnect(work: Awaitable[Any], receive: Receive) -> Any:
         await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
         task.cancel()
+        _settle_unsent(task)
         raise
     finally:
         watcher.cancel()
@@ -82,8 +83,18 @@ async def race_disconnect(work: Awaitable[Any], receive: Receive) -> Any:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+        _settle_unsent(task)
         raise ClientDisconnected()
     return task.result()
+
+
+def _settle_unsent(task: asyncio.Future[Any]) -> None:
+    """A buffered answer that was ready but will not be sent still gets its accounting
+    (``BufferedReply.settle``: prefix commit, breaker, exchange end), as if it had been sent."""
+    if task.done() and not task.cancelled() and task.exception() is None:
+        settle = getattr(task.result(), "settle", None)
+        if settle is not None:
+            settle()
 
 
 @dataclass
