@@ -11,10 +11,12 @@ and the stream relay entered one per chunk.
 How: deadlines are grouped into slots (a dict per slot, the slots' times in a heap); one
 ``loop.call_at`` handle is armed for the earliest slot, and when it fires every deadline of the
 slots that have passed is expired. A slot is 0.1 % of the delay wide (at least :data:`MIN_SLOT_S`,
-1 ms), so a deadline fires that much late at most, never early, and the slots made while a
-deadline runs stay bounded (1,000 per distinct delay). Requests with the same timeout that start
-within one slot's width share its dict; the slot made last is kept while empty, so a steady flow
-reuses it.
+1 ms), so a deadline fires at most that much late, plus 1 ms (uvloop's clock and timers have
+millisecond resolution; a timer that fires just before its slot is re-armed a millisecond later,
+never spun on), and never early. The slots made while a deadline runs stay bounded (1,000 per
+distinct delay; a slot is in the heap once). Requests with the same timeout that start within one
+slot's width share its dict; the slot made last is kept while empty, so a steady flow reuses it.
+An infinite delay is no deadline, as with ``None``.
 
 A plain (synchronous) context manager: entering and leaving it never suspends the task.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import math
 import weakref
 from types import TracebackType
 
@@ -35,12 +38,13 @@ _CREATED, _ENTERED, _EXPIRING, _EXPIRED, _EXITED = range(5)
 class _Wheel:
     """The deadlines of one event loop, by slot (the loop time a slot fires at)."""
 
-    __slots__ = ("_loop", "_slots", "_heap", "_handle", "_armed", "_newest")
+    __slots__ = ("_loop", "_slots", "_heap", "_queued", "_handle", "_armed", "_newest")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self._loop = weakref.ref(loop)  # the wheels' dict is keyed weakly by the loop: no strong reference back
         self._slots: dict[float, dict[Deadline, None]] = {}
         self._heap: list[float] = []  # slot times with a dict in _slots (or emptied since)
+        self._queued: set[float] = set()  # the slot times in _heap: each is pushed once
         self._handle: asyncio.TimerHandle | None = None
         self._armed = 0.0  # the slot the handle fires for
         self._newest = 0.0  # the slot made last: kept while empty
@@ -54,7 +58,9 @@ class _Wheel:
                 del self._slots[self._newest]
             members = self._slots[slot] = {}
             self._newest = slot
-            heapq.heappush(self._heap, slot)
+            if slot not in self._queued:
+                self._queued.add(slot)
+                heapq.heappush(self._heap, slot)
             if self._handle is None or slot < self._armed:
                 self._arm(slot)
         members[deadline] = None
@@ -67,25 +73,34 @@ class _Wheel:
             if not members and slot != self._newest:
                 del self._slots[slot]
 
-    def _arm(self, slot: float) -> None:
+    def _arm(self, slot: float, not_before: float = 0.0) -> None:
+        loop = self._loop()
         if self._handle is not None:
             self._handle.cancel()
+            self._handle = None
+        if loop is None or loop.is_closed():
+            return
         self._armed = slot
-        self._handle = self._loop.call_at(slot, self._fire)
+        self._handle = loop.call_at(max(slot, not_before), self._fire)
 
     def _fire(self) -> None:
         self._handle = None
-        now = self._loop.time()
-        heap, slots = self._heap, self._slots
+        loop = self._loop()
+        if loop is None:
+            return
+        now = loop.time()
+        heap, slots, queued = self._heap, self._slots, self._queued
         while heap and heap[0] <= now:
-            members = slots.pop(heapq.heappop(heap), None)
+            slot = heapq.heappop(heap)
+            queued.discard(slot)
+            members = slots.pop(slot, None)
             if members:
                 for deadline in list(members):
                     deadline._expire()
         while heap and heap[0] not in slots:  # emptied slots: nothing to wake up for
-            heapq.heappop(heap)
-        if heap:
-            self._arm(heap[0])
+            queued.discard(heapq.heappop(heap))
+        if heap:  # a timer that fired just early (millisecond rounding) is re-armed a tick later
+            self._arm(heap[0], now + MIN_SLOT_S)
 
     @property
     def pending(self) -> int:
@@ -116,7 +131,7 @@ class Deadline:
     __slots__ = ("_delay", "_task", "_cancelling", "_state", "_slot", "_wheel")
 
     def __init__(self, delay_s: float | None) -> None:
-        self._delay = delay_s
+        self._delay = delay_s if delay_s is None or math.isfinite(delay_s) else None
         self._state = _CREATED
         self._task: asyncio.Task[object] | None = None
         self._wheel: _Wheel | None = None

@@ -122,3 +122,23 @@ async def test_the_slot_count_stays_bounded_under_a_steady_flow() -> None:
     assert wheel.pending == 0
     assert len(wheel._slots) <= 1  # the newest slot, kept empty for reuse
     assert MIN_SLOT_S == 0.001
+
+
+async def test_an_infinite_delay_is_no_deadline() -> None:
+    wheel = wheel_of(asyncio.get_running_loop())
+    before = len(wheel._heap)
+    with deadline(float("inf")) as d:
+        await asyncio.sleep(0.01)
+    assert not d.expired() and len(wheel._heap) == before
+
+
+async def test_interleaved_delays_push_each_slot_once() -> None:
+    """Empty slots are dropped and made again when delays interleave; the heap holds each once."""
+    wheel = wheel_of(asyncio.get_running_loop())
+    before = len(wheel._heap)
+    for _ in range(200):
+        for delay in (30, 60, 30):
+            with deadline(delay):
+                pass
+    assert len(wheel._heap) == len(set(wheel._heap))
+    assert len(wheel._heap) - before <= 4  # a slot of each delay, made again in the next few ms at most
