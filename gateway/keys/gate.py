@@ -200,5 +200,7 @@ class KeyGate:
                     await self._wakeup
                 finally:
                     self._wakeup = None
-            await self._write(self._take([]))
+            batch = self._take([])
+            if batch:  # flush() may have written it meanwhile
+                await self._write(batch)
             raise_if_cancelling(task)

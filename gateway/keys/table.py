@@ -21,6 +21,8 @@ from gateway.keys.model import KeyRecord, digest
 ANONYMOUS = KeyRecord(id="anonymous", name="anonymous", prefix="", digest="", source="none")
 MAX_SEEN = 10_000
 """Accepted ``Authorization`` values whose digest is remembered (the cache is emptied when full)."""
+MAX_SEEN_CHARS = 256
+"""Longer ``Authorization`` values are not remembered (bounds the cache's memory: 10k x 256 chars)."""
 
 
 def _masked(key: str) -> str:
@@ -95,7 +97,8 @@ class KeyTable:
         record = self._by_digest.get(hashed)
         if record is None:
             raise AuthenticationError(f"Incorrect API key provided: {_masked(key)}.")
-        if len(self._seen) >= MAX_SEEN:
-            self._seen.clear()
-        self._seen[authorization] = hashed
+        if len(authorization) <= MAX_SEEN_CHARS:
+            if len(self._seen) >= MAX_SEEN:
+                self._seen.clear()
+            self._seen[authorization] = hashed
         return record

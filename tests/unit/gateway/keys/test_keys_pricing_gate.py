@@ -230,3 +230,13 @@ async def _eventually(check: Any, timeout_s: float = 5.0) -> bool:
             return False
         await asyncio.sleep(0.005)
     return True
+
+
+def test_a_long_authorization_value_is_accepted_but_not_remembered() -> None:
+    secret, record = new_key("k", KeyLimits(), NOW)
+    table = KeyTable()
+    table.upsert(record)
+    padded = "Bearer " + " " * 300 + secret
+    assert table.authenticate(padded) is record
+    assert padded not in table._seen and f"Bearer {secret}" not in table._seen
+    assert table.authenticate(f"Bearer {secret}") is record and f"Bearer {secret}" in table._seen
