@@ -42,6 +42,14 @@ class ModelEntry:
         return self.route.clusters[0]
 
 
+def route_timeouts(own: TimeoutSettings | None, default: TimeoutSettings) -> TimeoutSettings:
+    """A route's ``[routes.NAME.timeouts]`` over ``[upstream.timeouts]``: the fields the route sets
+    win, the others come from ``[upstream.timeouts]`` (not from the built-in defaults)."""
+    if own is None:
+        return default
+    return default.model_copy(update={name: getattr(own, name) for name in own.model_fields_set})
+
+
 class ModelCatalog:
     """Resolves a client's model name to a route."""
 
@@ -54,7 +62,7 @@ class ModelCatalog:
     def from_settings(cls, settings: Settings) -> ModelCatalog:
         default = settings.upstream.timeouts
         routes = {
-            name: Route(name, tuple(route.clusters), timeouts=route.timeouts or default, reason="route")
+            name: Route(name, tuple(route.clusters), timeouts=route_timeouts(route.timeouts, default), reason="route")
             for name, route in settings.routes.items()
         }
         clusters = {name: Route(name, (name,), timeouts=default, reason="cluster") for name in settings.clusters}

@@ -33,3 +33,16 @@ def test_catalog_names_aliases_and_clusters() -> None:
     with pytest.raises(ModelNotFoundError) as caught:
         catalog.resolve("gpt-9")
     assert caught.value.status == 404 and caught.value.code == "model_not_found"
+
+
+def test_a_route_timeouts_table_overrides_only_the_fields_it_sets() -> None:
+    settings = build_settings({
+        "upstream": {"timeouts": {"total_s": 1.5, "connect_s": 2.0}},
+        "clusters": {"c": {"endpoints": [{"url": "http://127.0.0.1:9/v1", "model": "m"}]}},
+        "routes": {"r-part": {"clusters": ["c"], "timeouts": {"idle_s": 100.0}}, "r-none": {"clusters": ["c"]}},
+        "models": {"m-part": {"route": "r-part"}, "m-none": {"route": "r-none"}},
+    })
+    catalog = ModelCatalog.from_settings(settings)
+    part = catalog.resolve("m-part").route.timeouts
+    assert (part.idle_s, part.total_s, part.connect_s, part.first_byte_s) == (100.0, 1.5, 2.0, 300.0)
+    assert catalog.resolve("m-none").route.timeouts == settings.upstream.timeouts
