@@ -8,12 +8,10 @@ in-flight gauge must return to 0, and the request must be counted as ``cancelled
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway import RunningGateway, chat_body, metric, raw_request
+from tests.support.gateway import RunningGateway, chat_body, metric, raw_request, read_until
 from tests.support.threads import wait_until
 
 CHAT = "/v1/chat/completions"
@@ -30,16 +28,6 @@ def _snapshot(gateway: RunningGateway) -> dict[str, float]:
         "failures": metric(text, "kvgate_upstream_failures_total", endpoint="fast-a"),
         "in_flight": metric(text, "kvgate_endpoint_in_flight", endpoint="fast-a"),
     }
-
-
-def _read_until(sock: socket.socket, marker: bytes) -> bytes:
-    received = b""
-    while marker not in received:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        received += chunk
-    return received
 
 
 CASES = [
@@ -63,7 +51,7 @@ def test_client_disconnect_cancels_the_upstream(
         assert wait_until(lambda: fake_a.active == active + 1), "the request never reached the endpoint"
         assert gateway.metric("kvgate_endpoint_in_flight", endpoint="fast-a") == before["in_flight"] + 1
         if received is not None:
-            head = _read_until(sock, received)
+            head = read_until(sock, received)
             assert head.startswith(b"HTTP/1.1 200"), head
             assert received in head
     finally:

@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from gateway.api.server import InferenceCycle
 from tests.integration.conftest import CLIENT_KEY, NEVER_EJECT, SHORT_RETRY_WAIT
 from tests.support.fake_upstream import USAGE, FakeUpstream
-from tests.support.gateway import RunningGateway, chat_body, error_shape_ok, metric, raw_request, sse_data
+from tests.support.gateway import RunningGateway, chat_body, error_shape_ok, metric, raw_request, read_until, sse_data
 from tests.support.threads import wait_until
 
 CHAT = "/v1/chat/completions"
@@ -608,16 +608,6 @@ def _outcomes(gateway: RunningGateway) -> dict[str, float]:
     }
 
 
-def _read_until(sock: socket.socket, marker: bytes) -> bytes:
-    received = b""
-    while marker not in received:
-        data = sock.recv(65536)
-        if not data:
-            break
-        received += data
-    return received
-
-
 @pytest.mark.parametrize(("script", "stream"), [("hang", False), ("hang_stream", True)], ids=["waiting-for-answer", "mid-stream"])
 def test_a_client_that_leaves_aborts_the_upstream_and_counts_as_cancelled(
     proto: RunningGateway, fake_a: FakeUpstream, fast_serves: list[str], script: str, stream: bool
@@ -631,7 +621,7 @@ def test_a_client_that_leaves_aborts_the_upstream_and_counts_as_cancelled(
     try:
         assert wait_until(lambda: fake_a.active == active + 1), "the request never reached the endpoint"
         if stream:
-            head = _read_until(sock, b"Hello")
+            head = read_until(sock, b"Hello")
             assert head.startswith(b"HTTP/1.1 200"), head
     finally:
         sock.close()

@@ -116,6 +116,17 @@ def raw_request(port: int, path: str, body: dict[str, Any], headers: dict[str, s
     return sock
 
 
+def read_until(sock: socket.socket, marker: bytes) -> bytes:
+    """Bytes read from ``sock`` until ``marker`` arrives or the peer closes."""
+    received = b""
+    while marker not in received:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        received += chunk
+    return received
+
+
 def error_shape_ok(payload: Any) -> bool:
     """True if ``payload`` is exactly ``{"error": {"message", "type", "param", "code"}}``."""
     return (
