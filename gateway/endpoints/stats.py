@@ -31,6 +31,11 @@ class StatsBoard:
     def get(self, name: str) -> Scrape | None:
         return self._entries.get(name)
 
+    def fresh(self, name: str, now: float, stale_after_s: float) -> Scrape | None:
+        """The endpoint's scrape if it was read at most ``stale_after_s`` seconds before ``now``, else None."""
+        scrape = self._entries.get(name)
+        return scrape if scrape is not None and now - scrape.at <= stale_after_s else None
+
     def put(self, name: str, stats: EngineStats, at: float) -> Scrape | None:
         """Store a scrape; returns the previous one."""
         previous = self._entries.get(name)

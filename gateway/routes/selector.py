@@ -34,7 +34,7 @@ from gateway.endpoints.stats import Scrape, StatsBoard
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.failover import Route
 from gateway.keys.model import KeyRecord
-from gateway.keys.pricing import Pricing, TokenUsage, cost_usd
+from gateway.keys.pricing import Pricing, cost_usd
 from gateway.protocol.openai import InferenceRequest
 from gateway.routes.catalog import ModelCatalog, ModelEntry
 from gateway.routes.classifier import ClassifierModel
@@ -135,25 +135,16 @@ class RouteSelector:
 
     # -- state ----------------------------------------------------------------------------------
 
-    def _fresh(self, name: str) -> Scrape | None:
-        scrape = self._board.get(name) if self._board is not None else None
-        if scrape is None or self._clock() - scrape.at > self._stale_after_s:
-            return None
-        return scrape
-
     def views(self, names: Sequence[str] | None = None) -> dict[str, ClusterView]:
         """Live views of the named clusters (default: all), at current prices."""
         settings = self._settings()
         profiles = self.profiles()
         wanted = profiles if names is None else {n: profiles[n] for n in names if n in profiles}
         quantile = settings.route_selection.wait_quantile
-        fresh = self._fresh
-        if self._board is not None:  # one clock read for every endpoint of the views
-            get, now, stale_after = self._board.get, self._clock(), self._stale_after_s
+        board, now, stale_after = self._board, self._clock(), self._stale_after_s  # one clock read for all
 
-            def fresh(name: str) -> Scrape | None:
-                scrape = get(name)
-                return scrape if scrape is not None and now - scrape.at <= stale_after else None
+        def fresh(name: str) -> Scrape | None:
+            return board.fresh(name, now, stale_after) if board is not None else None
 
         view, cluster = self.tracker.view, self._registry.cluster
         return {name: view(p, cluster(name), fresh, quantile) for name, p in wanted.items()}

@@ -295,7 +295,7 @@ class ProfileScheduler:
 
     def _candidates(self, endpoints: Sequence[Endpoint], view: StoreView | None, key: PrefixKey) -> list[Candidate]:
         now = self.clock()
-        entries = self._board.get
+        fresh = self._board.fresh
         stale_after = self._stale_after
         recent = self.feedback.recent.get
         latency = self.feedback.latency.get
@@ -311,8 +311,8 @@ class ProfileScheduler:
         for endpoint in endpoints:
             spec = endpoint.spec
             name = spec.name
-            scrape = entries(name)
-            stats = scrape.stats if scrape is not None and now - scrape.at <= stale_after else None
+            scrape = fresh(name, now, stale_after)
+            stats = scrape.stats if scrape is not None else None
             in_flight = endpoint.in_flight + remote[name] if name in remote else endpoint.in_flight
             work = prefill(name, 0.0)
             blocks = matched.get(name, 0)
