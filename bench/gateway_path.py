@@ -115,7 +115,7 @@ async def drive_core(app: Any, body: bytes, n: int, stream: bool) -> None:
     for _ in range(n):
         key = container.ops.gate.authenticate(headers.get("authorization"))
         state = types.SimpleNamespace(request_id="r")
-        reply, _ = await handle_inference(container, Operation.CHAT, headers, body, "r", state, watch, key)
+        reply, _ = await handle_inference(container, Operation.CHAT, headers, body, state, watch, key)
         if stream:
             await reply({"type": "http"}, receive, send)
         else:

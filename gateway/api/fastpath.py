@@ -31,7 +31,8 @@ from gateway.protocol.openai import Operation
 
 log = logging.getLogger("kvgate")
 
-_FAST_PATHS = {"/v1/chat/completions": Operation.CHAT, "/v1/completions": Operation.COMPLETION}
+FAST_PATHS = {"/v1/chat/completions": Operation.CHAT, "/v1/completions": Operation.COMPLETION}
+"""The inference routes served before the middleware stack (and without ASGI by ``api/server.py``)."""
 
 
 def error_response(error: GatewayError) -> Response:
@@ -46,7 +47,7 @@ class GatewayApp(FastAPI):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self.fast_path and scope["type"] == "http" and scope["method"] == "POST":
-            operation = _FAST_PATHS.get(scope["path"])
+            operation = FAST_PATHS.get(scope["path"])
             if operation is not None:
                 await self._serve_inference(operation, scope, receive, send)
                 return

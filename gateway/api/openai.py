@@ -62,7 +62,6 @@ async def handle_inference(
     operation: Operation,
     headers: Mapping[str, str],
     raw: bytes,
-    request_id: str,
     state: Any,
     watch: Watch,
     key: Any = None,
@@ -70,7 +69,8 @@ async def handle_inference(
     """Serve one inference request whose body ``raw`` was read; server-agnostic.
 
     Used by the ASGI handler below and by the HTTP protocol's fast path (``gateway/api/server.py``).
-    ``headers``: lowercase names. ``key``: the client's key when the caller authenticated already.
+    ``headers``: lowercase names. ``state``: the request's state, with its ``request_id`` (the
+    exchange and the trace are put on it). ``key``: the client's key when the caller authenticated already.
     Returns the reply and the ``x-kvgate-*`` headers to add; the caller calls a
     :class:`BufferedReply`'s ``settle()`` once it has written it.
 
@@ -85,7 +85,7 @@ async def handle_inference(
     routed = await container.selector.select(parsed, key, headers)
     route = container.proxy.route_for(parsed, headers.get("x-failover-route"), routed.route)
     admission = await gate.admit(key, parsed.model, len(raw))
-    exchange = container.ops.exchange(request_id, parsed.model, container.clock, admission, state)
+    exchange = container.ops.exchange(state.request_id, parsed.model, container.clock, admission, state)
     container.selector.attach(exchange, routed)
     try:
         reply = await watch(container.proxy.forward(routed.request, exchange, route))
@@ -118,7 +118,7 @@ async def inference(request: Request, operation: Operation) -> Response:
 
     try:
         reply, route_headers = await handle_inference(
-            container, operation, request.headers, raw, request.state.request_id, request.state, watch, key
+            container, operation, request.headers, raw, request.state, watch, key
         )
     except ClientDisconnected:
         return Response(status_code=499)

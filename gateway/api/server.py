@@ -38,7 +38,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
-from gateway.api.fastpath import GatewayApp
+from gateway.api.fastpath import FAST_PATHS, GatewayApp
 from gateway.api.middleware import incoming_request_id, new_request_id
 from gateway.api.openai import check_body_size, handle_inference
 from gateway.errors import GatewayError
@@ -48,7 +48,7 @@ from gateway.upstream.streaming import ClientDisconnected
 
 log = logging.getLogger("kvgate")
 
-_FAST_URLS = {b"/v1/chat/completions": Operation.CHAT, b"/v1/completions": Operation.COMPLETION}
+_FAST_URLS = {path.encode(): operation for path, operation in FAST_PATHS.items()}  # the raw URL, as httptools gives it
 _INTERNAL = "The gateway had an internal error. It has been logged."
 
 
@@ -137,7 +137,7 @@ class InferenceCycle(RequestResponseCycle):
                 return  # left during the upload: nothing to answer, nothing to count
             state = types.SimpleNamespace(request_id=raw_id.decode())
             reply, route_headers = await handle_inference(
-                container, self.operation, headers, raw, state.request_id, state, self._watch, key
+                container, self.operation, headers, raw, state, self._watch, key
             )
         except ClientDisconnected:
             return
