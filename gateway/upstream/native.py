@@ -70,13 +70,13 @@ class _Target:
             raise UpstreamError("unsupported endpoint URL")
         self.tls = parts.scheme == "https"
         self.host = parts.hostname
-        self.port = parts.port or (443 if self.tls else 80)
+        default_port = 443 if self.tls else 80
+        self.port = parts.port or default_port
         self.origin = (parts.scheme, self.host, self.port)
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query
         self.path = path.encode("ascii")
-        default_port = 443 if self.tls else 80
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = (host if self.port == default_port else f"{host}:{self.port}").encode("ascii")
 
