@@ -6,7 +6,8 @@ ones a worker reports (``vllm:cache_config_info``, "KV cache size: N tokens" in 
 - ``bytes_per_token = kv_elements_per_token * dtype_bytes``, where
   ``kv_elements_per_token`` comes from ``backends.geometry`` (MHA/GQA: ``2 * layers * kv_heads *
   head_dim``; MLA: ``layers * (kv_lora_rank + qk_rope_head_dim)``) and ``dtype_bytes`` is 2 for
-  ``auto`` (vLLM serves checkpoints in 16-bit by default), ``float16`` and ``bfloat16``, and 1
+  ``auto`` (vLLM serves checkpoints in 16-bit by default), ``float16`` and ``bfloat16``, 4 for
+  ``float32`` (``auto`` with ``--dtype float32``), and 1
   for ``fp8``, ``fp8_e4m3`` and ``fp8_e5m2``. Other dtypes are refused (:class:`PlanError`).
   Worked example, Llama-3-70B (80 layers, 8 KV heads, head dim 128) in FP16:
   2 * 80 * 8 * 128 * 2 = 327,680 bytes per token; FP8 halves it; 40,000 tokens take 13.1 GB.
@@ -37,9 +38,17 @@ from backends.geometry import AttentionKind, ModelGeometry
 GIB = 1 << 30
 
 KV_DTYPE_BYTES: Mapping[str, int] = MappingProxyType({
-    "auto": 2, "float16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
+    "auto": 2, "float16": 2, "bfloat16": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
 })
-"""Bytes per cached element for each ``--kv-cache-dtype`` the planner sizes."""
+"""Bytes per cached element for each ``--kv-cache-dtype`` the planner sizes (``float32``: what
+``auto`` stores when the model runs with ``--dtype float32``; see :func:`kv_storage_dtype`)."""
+
+
+def kv_storage_dtype(kv_cache_dtype: str, model_dtype: str | None) -> str:
+    """The dtype a KV element is stored as: ``auto`` follows ``--dtype`` (``float32`` -> 4 bytes)."""
+    if kv_cache_dtype == "auto" and model_dtype in ("float32", "float16", "bfloat16"):
+        return model_dtype
+    return kv_cache_dtype
 
 DEFAULT_BLOCK_SIZE: Mapping[str, int] = MappingProxyType({"cpu": 128, "gpu": 16})
 DEFAULT_GPU_OVERHEAD_BYTES = 2 * GIB

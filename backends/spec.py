@@ -15,6 +15,9 @@ from typing import Literal
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 """KV cache dtypes accepted by vLLM (CPU and GPU). FP8 halves the bytes per token vs ``auto``."""
 
+MODEL_DTYPES: tuple[str, ...] = ("auto", "bfloat16", "float16", "float32")
+"""``--dtype`` values kvgate passes (weights and activations; ``auto``: the checkpoint's)."""
+
 DEVICES: tuple[str, ...] = ("cpu", "gpu")
 LAUNCHERS: tuple[str, ...] = ("module", "vllm-serve")
 
@@ -39,6 +42,11 @@ class WorkerSpec:
     """Address the worker binds to."""
     kv_cache_dtype: str = "fp8"
     """One of :data:`KV_CACHE_DTYPES`."""
+    dtype: str | None = None
+    """Model dtype (``--dtype``), one of :data:`MODEL_DTYPES`; None leaves vLLM's ``auto``."""
+    dtype_reason: str | None = None
+    """Why ``kv_cache_dtype`` and ``dtype`` were chosen on this host (``backends.host``); shown by
+    ``kvgate workers status`` and ``/admin/workers``, never passed to vLLM."""
     max_model_len: int | None = None
     """Context length in tokens (prompt + output)."""
     enable_prefix_caching: bool = True
@@ -108,6 +116,8 @@ def validate(spec: WorkerSpec) -> list[str]:
              f"port: must be an integer in 1..65535, got {spec.port!r}")
     _require(errors, spec.kv_cache_dtype in KV_CACHE_DTYPES,
              f"kv_cache_dtype: must be one of {', '.join(KV_CACHE_DTYPES)}; got {spec.kv_cache_dtype!r}")
+    _require(errors, spec.dtype is None or spec.dtype in MODEL_DTYPES,
+             f"dtype: must be one of {', '.join(MODEL_DTYPES)} or None; got {spec.dtype!r}")
     for name in ("max_model_len", "block_size", "max_num_batched_tokens", "max_num_seqs"):
         value = getattr(spec, name)
         _require(errors, value is None or (_is_int(value) and value > 0),

@@ -1,7 +1,7 @@
 """[io] One worker's KV capacity: planned from its spec, and reported by the running vLLM.
 
 :func:`plan_for_spec` reads the model's ``config.json`` (when ``spec.model`` is a local
-directory) and plans with ``backends.kv_capacity``: on CPU the budget is exactly
+directory) and plans with ``backends.kv_capacity`` (``auto`` KV sized in the spec's ``--dtype``): on CPU the budget is exactly
 ``VLLM_CPU_KVCACHE_SPACE``; on GPU it needs the GPU's memory (``gpu_memory_bytes``), else only
 the per-token figures are planned. Block size: the spec's, else vLLM's default for the device.
 It returns None (never raises) when the model cannot be planned: a hub id, a refused attention
@@ -18,7 +18,7 @@ import aiohttp
 
 from backends.errors import BackendError
 from backends.geometry import load_geometry, weights_bytes_on_disk
-from backends.kv_capacity import DEFAULT_BLOCK_SIZE, KvPlan, cpu_budget, gpu_budget, plan
+from backends.kv_capacity import DEFAULT_BLOCK_SIZE, KvPlan, cpu_budget, gpu_budget, kv_storage_dtype, plan
 from backends.kv_report import ReportedCapacity, from_log, from_metrics
 from backends.process import tail_lines
 from backends.spec import WorkerSpec
@@ -42,8 +42,9 @@ def plan_for_spec(spec: WorkerSpec, gpu_memory_bytes: int | None = None) -> KvPl
             weights = weights_bytes_on_disk(spec.model) or (geometry.params or 0) * 2
             budget = gpu_budget(gpu_memory_bytes, spec.gpu_memory_utilization or 0.9, weights,
                                 tensor_parallel_size=spec.tensor_parallel_size)
-        return plan(geometry, kv_cache_dtype=spec.kv_cache_dtype, max_model_len=spec.max_model_len,
-                    budget=budget, block_size=block_size, tensor_parallel_size=spec.tensor_parallel_size)
+        return plan(geometry, kv_cache_dtype=kv_storage_dtype(spec.kv_cache_dtype, spec.dtype),
+                    max_model_len=spec.max_model_len, budget=budget, block_size=block_size,
+                    tensor_parallel_size=spec.tensor_parallel_size)
     except BackendError as exc:
         log.info("no KV plan for %s: %s", spec.model, exc)
         return None
