@@ -5,11 +5,13 @@
     kvgate workers logs NAME [-n 40] [--follow]         a worker's log
     kvgate workers down                                 stop `workers up` (drains, then stops)
     kvgate plan MODEL [--kv-cache-dtype fp8] ...        KV bytes/token, tokens, blocks, concurrency
+    kvgate plan --host [MODEL]                          what this host can run: KV dtypes, why, capacity
     kvgate kv-check [--urls AUTO_URL FP8_URL]           FP8 vs auto KV cache on the eval set
 
 :func:`add_commands` registers them on ``kvgate``'s subparsers; each sets ``run=callable(args)->int``.
 Exit codes: 0 success, 1 failure (a worker error; kv-check: a regression above the limit),
-2 refused input (unknown attention type, bad option or file).
+2 refused input (unknown attention type, bad option or file; a ``--kv-cache-dtype`` this host
+cannot serve), 3 (kv-check only): the comparison cannot run on this host (no FP8 KV here).
 """
 
 from __future__ import annotations
@@ -57,6 +59,12 @@ def _plan(args: argparse.Namespace) -> int:
     from backends.gpus import inventory
     from backends.kv_capacity import DEFAULT_BLOCK_SIZE, GIB, cpu_budget, gpu_budget, plan
 
+    if args.host:
+        from backends.host_report import plan_host
+
+        return plan_host(args)
+    if args.model is None:
+        raise PlanError("kvgate plan: give a MODEL (directory, config.json or preset), or --host")
     geometry = load_geometry(args.model)
     tp = args.tensor_parallel_size
     budget, device = None, "gpu"
@@ -109,10 +117,29 @@ def _plan_text(geometry: Any, p: Any) -> str:
 
 
 # -- kvgate kv-check --------------------------------------------------------------------------
+KV_CHECK_CANNOT_RUN = 3
+"""``kvgate kv-check``'s exit status when this host cannot serve a dtype it would compare."""
+
+
 def _kv_check(args: argparse.Namespace) -> int:
     from backends.evalset import load_eval
+    from backends.host import kv_dtype_support
     from backends.kv_check import compare, format_disagreements, format_table
 
+    if not args.urls:  # local workers: both dtypes must run here (remote ones are the remote host's business)
+        from backends.host_report import host_facts
+
+        facts, _ = host_facts("cpu")
+        support = kv_dtype_support(facts)
+        refused = [support[d] for d in (args.baseline_dtype, args.candidate_dtype) if not support[d].ok]
+        if refused:
+            message = (f"kv-check: {refused[0].kv_cache_dtype} KV cannot be compared on this host: {refused[0].reason}. "
+                       "Run it on a host with AVX-512 or AMX (see `kvgate plan --host`), or pass --urls of workers "
+                       "running elsewhere")
+            if args.json:
+                print(json.dumps({"passed": None, "cannot_run": True, "reason": message}, indent=2), flush=True)
+            print(f"kvgate: {message}", file=sys.stderr)
+            return KV_CHECK_CANNOT_RUN
     items = load_eval(args.eval)[: args.limit]
     baseline, candidate = asyncio.run(_kv_check_runs(args, items))
     result = compare(baseline, candidate, max_accuracy_drop=args.max_accuracy_drop, min_agreement=args.min_agreement)
@@ -133,8 +160,11 @@ async def _kv_check_runs(args: argparse.Namespace, items: list[Any]) -> tuple[An
                    for dtype, url in zip(dtypes, args.urls, strict=True)]
         return await run_pair(*targets, items, max_tokens=args.max_tokens)
     runtime = await asyncio.to_thread(prepare_runtime, log=_say)
-    _say(f"starting two workers ({dtypes[0]} and {dtypes[1]} KV cache); about 30-60 s")
-    async with start_pair(runtime, dtypes, cpu_count=os.cpu_count() or 1) as (base, cand):
+    from backends.worker_dtypes import choose_for_model
+
+    dtype = choose_for_model(runtime.model_dir, "auto").choice.dtype  # the same weights dtype for both
+    _say(f"starting two workers ({dtypes[0]} and {dtypes[1]} KV cache, --dtype {dtype or 'auto'}); about 30-60 s")
+    async with start_pair(runtime, dtypes, cpu_count=os.cpu_count() or 1, dtype=dtype) as (base, cand):
         _say(f"asking {len(items)} questions, greedy, alternating between {base.origin} and {cand.origin}")
         return await run_pair(base, cand, items, max_tokens=args.max_tokens)
 
@@ -144,22 +174,30 @@ def _workers_up(args: argparse.Namespace) -> int:
     return asyncio.run(_workers_up_async(args))
 
 
-def _worker_specs(args: argparse.Namespace, model: str, served: str) -> list[tuple[str, Any]]:
-    from backends.gpus import inventory
+def _worker_specs(args: argparse.Namespace, model: str, served: str, facts: Any, gpus: list[Any]) -> list[tuple[str, Any]]:
+    from backends.host import kv_dtype_support
+    from backends.worker_dtypes import choose_for_model
     from backends.workers_file import load_workers_file, plan_workers
 
     document = load_workers_file(args.config) if args.config else None
-    base: dict[str, Any] = {"model": model, "served_model_name": served, "kv_cache_dtype": args.kv_cache_dtype,
+    chosen = choose_for_model(model, args.kv_cache_dtype, facts=facts, max_model_len=args.max_model_len,
+                              cpu_kvcache_space_gib=None if gpus else args.cpu_kvcache_space_gib)
+    _say(chosen.notice)
+    base: dict[str, Any] = {"model": model, "served_model_name": served,
+                            "kv_cache_dtype": chosen.choice.kv_cache_dtype, "dtype": chosen.choice.dtype,
+                            "dtype_reason": chosen.choice.reason,
                             "max_model_len": args.max_model_len, "enforce_eager": args.enforce_eager}
     if args.tensor_parallel_size != 1:
         base["tensor_parallel_size"] = args.tensor_parallel_size
-    gpus = inventory() if args.device in ("auto", "gpu") else []
-    if args.device == "gpu" and not gpus:
-        raise BackendError("--device gpu: nvidia-smi found no GPU")
     if gpus:
         base["launcher"] = "vllm-serve"
-    return plan_workers(base, document, count=args.count, gpus=gpus, cpu_count=os.cpu_count() or 1,
-                        first_port=args.first_port, cpu_kvcache_space_gib=args.cpu_kvcache_space_gib)
+    specs = plan_workers(base, document, count=args.count, gpus=gpus, cpu_count=os.cpu_count() or 1,
+                         first_port=args.first_port, cpu_kvcache_space_gib=args.cpu_kvcache_space_gib)
+    for name, spec in specs:  # a [[workers]] table may ask for a dtype this host cannot serve
+        support = kv_dtype_support(facts)[spec.kv_cache_dtype]
+        if not support.ok:
+            raise ValueError(f"workers.{name}.kv_cache_dtype {spec.kv_cache_dtype}: {support.reason}")
+    return specs
 
 
 async def _workers_up_async(args: argparse.Namespace) -> int:
@@ -167,12 +205,20 @@ async def _workers_up_async(args: argparse.Namespace) -> int:
     from backends.state_file import StateFile
     from backends.supervisor import VllmRunner, WorkerSupervisor
 
+    from backends.host import kv_dtype_support
+    from backends.host_report import host_facts
+
+    facts, gpus = host_facts(args.device)
+    if args.device == "gpu" and not gpus:
+        raise BackendError("--device gpu: nvidia-smi found no GPU")
+    if args.kv_cache_dtype is not None and not kv_dtype_support(facts)[args.kv_cache_dtype].ok:
+        raise ValueError(f"--kv-cache-dtype {args.kv_cache_dtype}: {kv_dtype_support(facts)[args.kv_cache_dtype].reason}")
     if args.model and args.worker_python:
         python, model, served = Path(args.worker_python), args.model, args.served_model_name or Path(args.model).name
     else:
         runtime = await asyncio.to_thread(prepare_runtime, log=_say)
         python, model, served = runtime.worker_python, str(runtime.model_dir), runtime.served_model_name
-    specs = _worker_specs(args, model, served)
+    specs = _worker_specs(args, model, served, facts, gpus)
     state = StateFile(paths.workers_state_file())
     supervisor = WorkerSupervisor(specs, VllmRunner(python), listeners=[state, _Announcer()])
     stop = asyncio.Event()
@@ -229,6 +275,10 @@ def _workers_status(args: argparse.Namespace) -> int:
         print(json.dumps({**state, "supervisor_alive": alive}, indent=2))
         return 0
     print(format_table(state.get("workers", [])))
+    for row in state.get("workers", []):
+        if row.get("dtype_reason"):
+            print(f"{row['name']}: --kv-cache-dtype {row.get('kv_cache_dtype')} --dtype {row.get('dtype') or 'auto'}: "
+                  f"{row['dtype_reason']}")
     if not alive:
         print(f"(supervisor pid {state.get('supervisor_pid')} is not running: last known state)")
     return 0
@@ -289,7 +339,8 @@ def _add_workers(subparsers: Any) -> None:
     up = actions.add_parser("up", help="run supervised workers in the foreground (restart on crash)")
     up.add_argument("--count", type=int, default=1, help="workers (default 1; a --config file's [[workers]] win)")
     up.add_argument("--config", help="TOML file: [defaults] and [[workers]] (WorkerSpec fields)")
-    up.add_argument("--kv-cache-dtype", default="fp8", choices=KV_CACHE_DTYPES)
+    up.add_argument("--kv-cache-dtype", default=None, choices=KV_CACHE_DTYPES,
+                    help="default: fp8 (E4M3) where this host can serve it, else auto (the model's dtype)")
     up.add_argument("--first-port", type=int, default=8001, help="port of the first worker (default 8001)")
     up.add_argument("--max-model-len", type=int, default=2048)
     up.add_argument("--cpu-kvcache-space-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE on CPU hosts")
@@ -318,7 +369,10 @@ def _add_plan(subparsers: Any) -> None:
     from backends.model_presets import PRESETS
 
     plan = subparsers.add_parser("plan", help="KV cache capacity of a model (bytes/token, tokens, sequences)")
-    plan.add_argument("model", help=f"model directory, config.json, or preset: {', '.join(PRESETS)}")
+    plan.add_argument("model", nargs="?", help=f"model directory, config.json, or preset: {', '.join(PRESETS)}")
+    plan.add_argument("--host", action="store_true",
+                      help="what this host can run: KV dtypes with reasons, the local default and its capacity "
+                           "(MODEL default: the prepared SmolLM2)")
     plan.add_argument("--kv-cache-dtype", default="fp8", choices=tuple(KV_DTYPE_BYTES))
     plan.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
     plan.add_argument("--gpu-memory-utilization", type=float, default=0.9)
@@ -333,7 +387,9 @@ def _add_plan(subparsers: Any) -> None:
 
 
 def _add_kv_check(subparsers: Any) -> None:
-    check = subparsers.add_parser("kv-check", help="FP8 KV cache regression check on two workers (auto vs fp8)")
+    check = subparsers.add_parser("kv-check", help="FP8 KV cache regression check on two workers (auto vs fp8)",
+                                  epilog="exit status: 0 passed, 1 regression, 2 bad input, "
+                                         f"{KV_CHECK_CANNOT_RUN} this host cannot serve one of the dtypes (no FP8 KV)")
     check.add_argument("--urls", nargs=2, metavar=("BASELINE_URL", "CANDIDATE_URL"),
                        help="use running workers (default: start two local vLLM-CPU workers)")
     check.add_argument("--model", default="smollm2", help="served model name (with --urls)")

@@ -10,6 +10,9 @@ Two pure parsers, tested on captured outputs, and one [io] function:
 - :func:`inventory` runs the query and parses it: ``[]`` when ``nvidia-smi`` is not installed
   (a CPU host), :class:`GpuInventoryError` when it is installed but fails (driver not loaded).
 
+:func:`compute_capabilities` asks ``nvidia-smi --query-gpu=compute_cap --format=csv,noheader``
+(drivers 510+) for each GPU's CUDA compute capability, which decides FP8 KV (``backends.host``).
+
 Units: MiB, as ``nvidia-smi`` prints them. Malformed lines raise :class:`GpuInventoryError`
 naming the line; nothing is guessed.
 """
@@ -115,3 +118,29 @@ def inventory(run: Runner = _run) -> list[Gpu]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise GpuInventoryError(f"nvidia-smi: {exc}") from exc
     return sorted(parse_query_csv(text), key=lambda gpu: gpu.index)
+
+
+CAPABILITY_ARGV: tuple[str, ...] = ("nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader")
+
+
+def parse_compute_cap(text: str) -> list[tuple[int, int]]:
+    """``[(9, 0), ...]`` from the ``compute_cap`` query output, one ``MAJOR.MINOR`` line per GPU."""
+    capabilities = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        major, _, minor = line.strip().partition(".")
+        if not (major.isdigit() and minor.isdigit()):
+            raise GpuInventoryError(f"nvidia-smi compute_cap: not MAJOR.MINOR: {line!r}")
+        capabilities.append((int(major), int(minor)))
+    return capabilities
+
+
+def compute_capabilities(run: Runner = _run) -> list[tuple[int, int]]:
+    """Each GPU's compute capability, by index; ``[]`` without ``nvidia-smi``."""
+    try:
+        return parse_compute_cap(run(CAPABILITY_ARGV))
+    except FileNotFoundError:
+        return []
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GpuInventoryError(f"nvidia-smi: {exc}") from exc

@@ -96,22 +96,28 @@ async def run_pair(baseline: Target, candidate: Target, items: Sequence[EvalItem
 
 
 def pair_specs(runtime: Runtime, dtypes: tuple[str, str], *, ports: Sequence[int] | None = None,
-               cpu_count: int = 2, cpu_kvcache_space_gib: int = 1, max_model_len: int = 2048) -> list[tuple[str, WorkerSpec]]:
-    """Two eager CPU workers of the prepared model, one per KV dtype, on disjoint cores."""
+               cpu_count: int = 2, cpu_kvcache_space_gib: int = 1, max_model_len: int = 2048,
+               names: Sequence[str] | None = None, dtype: str | None = None,
+               dtype_reason: str | None = None) -> list[tuple[str, WorkerSpec]]:
+    """Two eager CPU workers of the prepared model, one per KV dtype, on disjoint cores.
+
+    Named ``kv-DTYPE`` unless ``names`` are given; ``dtype`` is the model's ``--dtype`` for both.
+    """
     ports = list(ports) if ports is not None else free_ports(2)
     binds = cpu_binds(2, cpu_count)
-    return [(f"kv-{dtype}", WorkerSpec(model=str(runtime.model_dir), served_model_name=runtime.served_model_name,
-                                       port=port, kv_cache_dtype=dtype, max_model_len=max_model_len,
-                                       enforce_eager=True, cpu_kvcache_space_gib=cpu_kvcache_space_gib,
-                                       cpu_omp_threads_bind=bind))
-            for dtype, port, bind in zip(dtypes, ports, binds, strict=True)]
+    names = list(names) if names is not None else [f"kv-{kv}" for kv in dtypes]
+    return [(name, WorkerSpec(model=str(runtime.model_dir), served_model_name=runtime.served_model_name,
+                              port=port, kv_cache_dtype=kv, dtype=dtype, dtype_reason=dtype_reason,
+                              max_model_len=max_model_len, enforce_eager=True,
+                              cpu_kvcache_space_gib=cpu_kvcache_space_gib, cpu_omp_threads_bind=bind))
+            for name, kv, port, bind in zip(names, dtypes, ports, binds, strict=True)]
 
 
 @contextlib.asynccontextmanager
 async def start_pair(runtime: Runtime, dtypes: tuple[str, str] = ("auto", "fp8"), *, cpu_count: int = 2,
-                     log_dir: Path | None = None) -> AsyncIterator[tuple[Target, Target]]:
-    """Two supervised workers, ready, stopped (process groups included) on exit."""
-    specs = pair_specs(runtime, dtypes, cpu_count=cpu_count)
+                     log_dir: Path | None = None, dtype: str | None = None) -> AsyncIterator[tuple[Target, Target]]:
+    """Two supervised workers (model ``--dtype`` ``dtype``), ready, stopped (process groups included) on exit."""
+    specs = pair_specs(runtime, dtypes, cpu_count=cpu_count, dtype=dtype)
     supervisor = WorkerSupervisor(specs, VllmRunner(runtime.worker_python, log_dir),
                                   policy=RestartPolicy(crash_loop_limit=0))
     async with supervisor:

@@ -129,6 +129,8 @@ class HealthTimeout:
 class Exited:
     generation: int
     code: int | None
+    cause: str | None = None
+    """The root cause its log names (``backends.log_cause``), when it has one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +181,8 @@ def _exited(state: WorkerState, event: Exited, now: float, policy: RestartPolicy
     if state.phase is Phase.STOPPING and state.last_error:  # killed after a health timeout
         return _crash(state, now, policy, state.last_error, event.code)
     if state.phase in (*_RUNNING, Phase.STOPPING):
-        return _crash(state, now, policy, f"exited unexpectedly with code {event.code}", event.code)
+        cause = f": {event.cause}" if event.cause else ""
+        return _crash(state, now, policy, f"exited unexpectedly with code {event.code}{cause}", event.code)
     return state, ()
 
 

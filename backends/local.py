@@ -10,8 +10,10 @@ distinct binds, two workers both bind core 0. Logs go to ``logs_dir()/local-i.lo
 :func:`local_supervisor` runs the same workers under a :class:`~backends.supervisor.WorkerSupervisor`
 instead (``kvgate up``): crashed workers come back, and workers are drained before they stop.
 
-Defaults follow the CPU recipe: FP8 KV cache, prefix caching, chunked prefill, eager mode
-(healthy in about 25 s instead of 70-115 s), ``max_model_len=2048``, 1 GiB of KV cache per worker.
+Defaults follow the CPU recipe: FP8 KV cache where this CPU can serve it (``kv_cache_dtype=None``:
+chosen by ``backends.host`` with the model's dtype, announced in one line through ``log``), prefix
+caching, chunked prefill, eager mode (healthy in about 25 s instead of 70-115 s),
+``max_model_len=2048``, 1 GiB of KV cache per worker.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from backends.process import WorkerProcess
 from backends.runtime import Runtime
 from backends.spec import WorkerSpec
 from backends.supervisor import VllmRunner, WorkerSupervisor
+from backends.worker_dtypes import choose_for_model
 from backends.worker_status import WorkerStatus
 
 MAX_LOCAL_WORKERS = 2
@@ -104,6 +107,24 @@ def build_specs(runtime: Runtime, ports: Sequence[int], *, kv_cache_dtype: str =
             for port, bind in zip(ports, binds, strict=True)]
 
 
+def host_dtypes(runtime: Runtime, kv_cache_dtype: str | None, *, cpu_kvcache_space_gib: int = 1,
+                max_model_len: int | None = 2048, overrides: Mapping[str, Any] | None = None,
+                log: Log | None = None) -> tuple[str, dict[str, Any]]:
+    """``(kv_cache_dtype, overrides)`` for ``runtime``'s workers on this host (``backends.host``).
+
+    ``None`` chooses (FP8 where it runs, else the model's dtype) and ``log``s the one-line notice
+    with the planned capacity; an explicit dtype is checked (``ValueError`` with the reason when
+    this host cannot serve it). The model ``dtype`` and the reason go into the overrides, unless
+    the caller set ``dtype`` there.
+    """
+    chosen = choose_for_model(runtime.model_dir, kv_cache_dtype, cpu_kvcache_space_gib=cpu_kvcache_space_gib,
+                              max_model_len=max_model_len)
+    if log is not None:
+        log(chosen.notice)
+    fields = {"dtype": chosen.choice.dtype, "dtype_reason": chosen.choice.reason, **dict(overrides or {})}
+    return chosen.choice.kv_cache_dtype, fields
+
+
 class LocalWorkerPool:
     """Async context manager running ``count`` local vLLM-CPU workers for a prepared runtime.
 
@@ -113,7 +134,7 @@ class LocalWorkerPool:
     """
 
     def __init__(self, runtime: Runtime, count: int = 1, first_port: int | None = None, *,
-                 kv_cache_dtype: str = "fp8", enforce_eager: bool = True,
+                 kv_cache_dtype: str | None = None, enforce_eager: bool = True,
                  max_model_len: int | None = 2048, cpu_kvcache_space_gib: int = 1,
                  binds: Sequence[str] | None = None, overrides: Mapping[str, Any] | None = None,
                  healthy_timeout_s: float = 300.0, stop_timeout_s: float = 15.0,
@@ -123,6 +144,8 @@ class LocalWorkerPool:
             raise ValueError(f"count: must be 1..{MAX_LOCAL_WORKERS}, got {count}")
         ports = (list(range(first_port, first_port + count)) if first_port is not None
                  else free_ports(count))
+        kv_cache_dtype, overrides = host_dtypes(runtime, kv_cache_dtype, cpu_kvcache_space_gib=cpu_kvcache_space_gib,
+                                                max_model_len=max_model_len, overrides=overrides, log=log)
         self.specs = build_specs(runtime, ports, kv_cache_dtype=kv_cache_dtype,
                                  enforce_eager=enforce_eager, max_model_len=max_model_len,
                                  cpu_kvcache_space_gib=cpu_kvcache_space_gib, binds=binds,
@@ -215,21 +238,26 @@ class ProgressLog:
 
 
 def local_supervisor(runtime: Runtime, count: int = 1, first_port: int | None = None, *,
-                     kv_cache_dtype: str = "fp8", enforce_eager: bool = True, max_model_len: int | None = 2048,
-                     cpu_kvcache_space_gib: int = 1, log_dir: Path | None = None,
+                     kv_cache_dtype: str | None = None, enforce_eager: bool = True, max_model_len: int | None = 2048,
+                     cpu_kvcache_space_gib: int = 1, overrides: Mapping[str, Any] | None = None,
+                     log_dir: Path | None = None,
                      base_env: Mapping[str, str] | None = None, log: Log = print,
                      **supervisor_options: Any) -> WorkerSupervisor:
     """A :class:`WorkerSupervisor` of ``count`` local vLLM-CPU workers named ``local-i``.
 
     Same specs, ports, binds and logs as :class:`LocalWorkerPool`, but crashed workers are
     restarted (with backoff) and workers are drained before they stop. ``supervisor_options``
-    go to :class:`WorkerSupervisor` (policy, timeouts, listeners).
+    go to :class:`WorkerSupervisor` (policy, timeouts, listeners). ``kv_cache_dtype`` and
+    ``overrides`` as :class:`LocalWorkerPool` (None: this host's choice, see :func:`host_dtypes`).
     """
     if not 1 <= count <= MAX_LOCAL_WORKERS:
         raise ValueError(f"count: must be 1..{MAX_LOCAL_WORKERS}, got {count}")
     ports = list(range(first_port, first_port + count)) if first_port is not None else free_ports(count)
+    kv_cache_dtype, overrides = host_dtypes(runtime, kv_cache_dtype, cpu_kvcache_space_gib=cpu_kvcache_space_gib,
+                                            max_model_len=max_model_len, overrides=overrides, log=log)
     specs = build_specs(runtime, ports, kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager,
-                        max_model_len=max_model_len, cpu_kvcache_space_gib=cpu_kvcache_space_gib)
+                        max_model_len=max_model_len, cpu_kvcache_space_gib=cpu_kvcache_space_gib,
+                        overrides=overrides)
     listeners = [ProgressLog(log, count), *supervisor_options.pop("listeners", ())]
     return WorkerSupervisor([(f"local-{i}", spec) for i, spec in enumerate(specs)],
                             VllmRunner(runtime.worker_python, log_dir, dict(base_env) if base_env else None),

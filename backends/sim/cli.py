@@ -19,7 +19,6 @@ from backends.sim.faults import FaultSpecError, parse_fault
 from backends.sim.latency import LatencyModel
 from backends.sim.output import OutputLength, OutputPolicy
 from backends.sim.presets import PRESETS, get_preset
-from backends.sim.server import serve
 from backends.sim.worker import SimConfig, SimWorker
 
 
@@ -85,6 +84,8 @@ def build_configs(args: argparse.Namespace) -> list[SimConfig]:
 
 async def _serve_until_signalled(configs: list[SimConfig], host: str, port: int) -> None:
     workers = [SimWorker(config) for config in configs]
+    from backends.sim.server import serve  # aiohttp: imported when a simulator runs, not by every `kvgate` command
+
     runners = await serve(workers, host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

