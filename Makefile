@@ -1,10 +1,12 @@
 # kvgate: the two commands of the README, and their parts.
-#   make run    set up, then start local vLLM-CPU worker(s) and the gateway in front (kvgate up)
+#   make run    set up, then start local vLLM-CPU worker(s) and the gateway in front (kvgate up);
+#               KV cache: FP8 where this CPU can serve it, else the model's dtype (KV_CACHE_DTYPE=auto|fp8 forces one)
 #   make test   set up, then run every test tier (unit, integration, compat, deploy, real-engine e2e)
 PYTHON ?= python3
 VENV   := .venv
 PORT   ?= 8080
 WORKERS ?= 1
+KV_CACHE_DTYPE ?=
 PYTEST_ARGS ?=
 
 .PHONY: venv run prepare deploy-tools test test-fast bench clean
@@ -18,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: venv
-	$(VENV)/bin/kvgate up --port $(PORT) --workers $(WORKERS)
+	$(VENV)/bin/kvgate up --port $(PORT) --workers $(WORKERS)$(if $(KV_CACHE_DTYPE), --kv-cache-dtype $(KV_CACHE_DTYPE))
 
 prepare: venv
 	$(VENV)/bin/kvgate prepare

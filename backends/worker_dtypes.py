@@ -16,6 +16,7 @@ from backends.errors import BackendError
 from backends.geometry import load_config, load_geometry
 from backends.host import DtypeChoice, HostFacts, choose_dtypes, detect
 from backends.kv_capacity import DEFAULT_BLOCK_SIZE, KvBudget, cpu_budget, kv_storage_dtype, plan
+from backends.model_presets import PRESETS
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +34,10 @@ class Chosen:
 
 
 def checkpoint_dtype(model: str | Path) -> str | None:
-    """The checkpoint's ``torch_dtype`` (or ``dtype``) from its ``config.json``; None if unknown."""
+    """The checkpoint's ``torch_dtype`` (or ``dtype``) from its ``config.json`` or preset; None if unknown."""
+    preset = PRESETS.get(str(model))
     try:
-        config, _ = load_config(model)
+        config = preset.config if preset is not None else load_config(model)[0]
     except BackendError:
         return None
     value = config.get("torch_dtype") or config.get("dtype") or (config.get("text_config") or {}).get("torch_dtype")

@@ -4,8 +4,10 @@ Present when the gateway runs a worker supervisor (``kvgate up``; ``Container.su
 otherwise every route answers 404 (no managed workers). Routes:
 
     ``GET /admin/workers``: every worker with its lifecycle phase, URL, pid, restarts, last
-    error, KV capacity (planned beside reported, with their relative error) and, when it is
-    in the registry, its endpoint's health, draining flag and in-flight count.
+    error, KV capacity (planned beside reported, with their relative error), the KV and model
+    dtypes in force (``kv_cache_dtype``, ``dtype``) with why (``dtype_reason``, from
+    ``backends.host``) and, when it is in the registry, its endpoint's health, draining flag
+    and in-flight count.
     ``GET /admin/workers/{name}``: one worker, same shape.
     ``POST /admin/workers/{name}/restart``: drain (bounded), stop, relaunch; 202 at once.
     ``POST /admin/workers/{name}/drain``: drain and stop; it stays stopped; 202 at once.

@@ -184,3 +184,24 @@ async def test_unknown_worker_and_duplicate_names_are_refused() -> None:
         sup.restart("nope")
     with pytest.raises(ValueError, match="duplicate"):
         make(FakeRunner(), FakeTime(), names=("a", "a"))
+
+
+async def test_a_crash_is_reported_by_the_root_cause_in_its_log(stopper: list[WorkerSupervisor]) -> None:
+    fixture = Path(__file__).parent / "fixtures" / "vllm_cpu_startup_fp8_avx2.log"
+
+    class LoggingRunner(FakeRunner):
+        def create(self, name: str, spec: WorkerSpec):  # type: ignore[no-untyped-def]
+            process = super().create(name, spec)
+            process.log_path = fixture
+            return process
+
+    sup = make(LoggingRunner({"w0": ["crash"]}), FakeTime())
+    stopper.append(sup)
+    await sup.start()
+    with pytest.raises(WorkerStartError) as info:
+        await sup.wait_ready()
+    lines = str(info.value).splitlines()
+    cause = "NotImplementedError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX."
+    assert lines[0] == f"worker w0: exited unexpectedly with code 1: {cause}"
+    assert "in _get_attn_isa" in lines[1] and lines[-1] == f"(log: {fixture})"
+    assert sup.status("w0").last_error == f"exited unexpectedly with code 1: {cause}"

@@ -1,0 +1,106 @@
+"""The commands on recorded host facts: `kvgate up|workers up --kv-cache-dtype fp8` refused on an
+AVX2-only CPU (exit 2, before any launch), `kvgate kv-check` there (exit 3), `kvgate plan --host`
+and `kvgate workers status` showing the dtype in force and why."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import backends.host
+from backends.cli import KV_CHECK_CANNOT_RUN
+from backends.host import HostFacts, detect
+from backends.lifecycle import Phase, WorkerState
+from backends.state_file import StateFile
+from backends.worker_status import WorkerStatus
+from gateway.cli import main
+from tests.support.fake_workers import worker_spec
+
+FIXTURES = Path(__file__).parent / "fixtures"
+EPYC = detect(FIXTURES / "cpuinfo-amd-epyc-avx2.txt")
+SPR = detect(FIXTURES / "cpuinfo-intel-xeon-avx512-amx.txt")
+REASON = "FP8 KV cache needs AVX-512 or AMX on CPU; this CPU has AVX2"
+
+
+@pytest.fixture
+def on_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("KVGATE_HOME", str(tmp_path))  # nothing prepared, no worker venv
+
+    def use(facts: HostFacts) -> None:
+        monkeypatch.setattr(backends.host, "detect", lambda *a, **k: facts)
+    return use
+
+
+@pytest.mark.parametrize("argv", [["up", "--port", "1"], ["workers", "up", "--device", "cpu"]], ids=["up", "workers-up"])
+def test_explicit_fp8_on_avx2_exits_2_before_anything_starts(on_host, argv: list[str],  # type: ignore[no-untyped-def]
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    on_host(EPYC)
+    started = time.monotonic()
+    assert main([*argv, "--kv-cache-dtype", "fp8"]) == 2
+    assert time.monotonic() - started < 1.0
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvgate: --kv-cache-dtype fp8: {REASON}") and "Traceback" not in err
+
+
+@pytest.mark.skipif(backends.host.kv_dtype_support(detect())["fp8"].ok, reason="this host can serve FP8 KV")
+def test_the_real_command_refuses_fp8_in_under_a_second_on_this_host() -> None:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "gateway.cli", "up", "--kv-cache-dtype", "fp8"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "KVGATE_HOME": "/nonexistent"})
+    print(f"refused in {time.monotonic() - started:.2f} s (interpreter start included)")
+    assert done.returncode == 2 and "needs AVX-512 or AMX on CPU" in done.stderr
+
+
+def test_kv_check_on_avx2_says_fp8_cannot_be_compared_and_exits_3(on_host,  # type: ignore[no-untyped-def]
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    on_host(EPYC)
+    assert main(["kv-check", "--json"]) == KV_CHECK_CANNOT_RUN == 3
+    out, err = capsys.readouterr()
+    assert json.loads(out)["cannot_run"] is True
+    assert f"fp8 KV cannot be compared on this host: {REASON}" in err
+    assert main(["kv-check", "--candidate-dtype", "auto", "--limit", "0", "--urls", "http://127.0.0.1:1",
+                 "http://127.0.0.1:1"]) != 3  # remote workers: not this host's business
+
+
+def test_plan_host_on_avx2_shows_the_fallback_and_its_capacity(on_host,  # type: ignore[no-untyped-def]
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    on_host(EPYC)
+    assert main(["plan", "--host", "smollm2-135m", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kv_cache_dtypes"]["fp8"] == {"ok": False, "reason": REASON}
+    assert report["cpu_flags"] == ["avx", "avx2"]
+    assert report["default"]["kv_cache_dtype"] == "auto" and report["default"]["dtype"] == "float32"
+    assert (report["default"]["kv_tokens"], report["default"]["fp8_kv_tokens"]) == (23_296, 93_184)
+    assert main(["plan", "--host", "smollm2-135m"]) == 0
+    text = capsys.readouterr().out
+    assert "kv fp8           no   " + REASON in text
+    assert f"{REASON}: using float32 KV, 23,296 tokens instead of 93,184" in text
+
+
+def test_plan_host_on_amx_defaults_to_fp8(on_host, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    on_host(SPR)
+    assert main(["plan", "--host", "smollm2-135m", "--json"]) == 0
+    default = json.loads(capsys.readouterr().out)["default"]
+    assert (default["kv_cache_dtype"], default["dtype"], default["kv_tokens"]) == ("fp8", "auto", 93_184)
+
+
+async def test_workers_status_shows_the_dtype_in_force_and_why(on_host, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    spec = dataclasses.replace(worker_spec(8001), kv_cache_dtype="auto", dtype="float32",
+                               dtype_reason=f"{REASON}; float32 weights")
+    state = StateFile(tmp_path / "workers" / "state.json", pid=os.getpid())
+    await state.worker_changed(WorkerStatus.of("w0", spec, WorkerState(phase=Phase.READY), None, None, None,
+                                               now=0.0, wall=0.0))
+    assert main(["workers", "status"]) == 0
+    assert f"w0: --kv-cache-dtype auto --dtype float32: {REASON}; float32 weights" in capsys.readouterr().out
+    assert main(["workers", "status", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["workers"][0]
+    assert (row["kv_cache_dtype"], row["dtype"], row["dtype_reason"]) == ("auto", "float32", f"{REASON}; float32 weights")
