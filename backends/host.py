@@ -202,7 +202,7 @@ def choose_dtypes(facts: HostFacts, *, requested: str | None, checkpoint_dtype: 
     message is the reason) when an explicit dtype cannot run on this host.
     """
     dtype, dtype_why = model_dtype(facts, checkpoint_dtype, params)
-    storage = dtype or checkpoint_dtype or "the model's dtype"
+    storage = dtype or checkpoint_dtype or "auto (the model's dtype)"
     if requested is not None:
         support = _support(facts, requested, head_dim)
         if not support.ok:

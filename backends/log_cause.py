@@ -24,7 +24,7 @@ from dataclasses import dataclass
 _PROCESS_PREFIX = re.compile(r"^\((?:[A-Za-z_][\w.-]*) pid=\d+\)\s?")
 _LOG_HEADER = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] ?")
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Fault)?(?::|$)")
-_WRAPPERS = ("see root cause above", "engine core initialization failed")
+_WRAPPERS = ("see root cause above", "engine core initialization failed", "check the stack trace above")
 
 
 @dataclass(frozen=True, slots=True)

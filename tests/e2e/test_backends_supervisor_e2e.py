@@ -44,7 +44,7 @@ from gateway.api import admin_workers
 from gateway.app import create_app
 from gateway.endpoints.managed import ManagedEndpoints
 from gateway.settings import build_settings
-from tests.e2e.conftest import fp8_skip_reason
+from tests.e2e.conftest import START_TIMEOUT_S, fp8_skip_reason
 from tests.support.threads import free_port
 
 pytestmark = pytest.mark.e2e
@@ -92,7 +92,7 @@ async def pair(vllm_runtime: Runtime, host_dtypes: Chosen, seen: Seen,
     runner = VllmRunner(vllm_runtime.worker_python, tmp_path_factory.mktemp("worker-logs"))
     policy = RestartPolicy(backoff_initial_s=1.0, crash_loop_limit=3)
     async with WorkerSupervisor(specs, runner, policy=policy, listeners=[seen], drain_timeout_s=60.0,
-                                ready_timeout_s=300.0) as supervisor:
+                                healthy_timeout_s=START_TIMEOUT_S, ready_timeout_s=START_TIMEOUT_S) as supervisor:
         yield supervisor
 
 
@@ -171,7 +171,8 @@ async def test_killed_worker_is_restarted_while_the_gateway_serves_from_the_othe
         while pair.status(OTHER).phase is not Phase.READY or pair.status(OTHER).generation == 1:
             response = await chat(client, gateway)
             served.append((response.status_code, response.headers.get("x-kvgate-endpoint", "")))
-            assert time.monotonic() - killed_at < 240, f"not restarted in time: {seen.phases(OTHER, killed_at)}"
+            assert time.monotonic() - killed_at < max(240, START_TIMEOUT_S), \
+                f"not restarted in time: {seen.phases(OTHER, killed_at)}"
             # More than 1 s apart: after each step a vLLM worker busy-polls its shared-memory queue for
             # 1 s (shm_broadcast busy_loop_s), pinning its core, and vLLM-CPU places the restarted
             # kv-fp8's EngineCore on the other worker's core (0): requests closer together starve
@@ -211,7 +212,8 @@ async def test_admin_restart_drains_an_in_flight_stream_first(pair: WorkerSuperv
             text = "".join([chunk async for chunk in stream.aiter_text()])
         assert stream.status_code == 200 and '"finish_reason":"length"' in text.replace(" ", "")
         assert "data: [DONE]" in text and '"error"' not in text
-        status = await pair.wait_for(worker, lambda s: s.phase is Phase.READY and s.restarts == restarts + 1, 240)
+        status = await pair.wait_for(worker, lambda s: s.phase is Phase.READY and s.restarts == restarts + 1,
+                                     max(240, START_TIMEOUT_S))
         assert status.last_error is None
 
 

@@ -20,6 +20,7 @@ from backends.process import WorkerProcess
 from gateway.app import create_app
 from gateway.continuation import EXTENSION_FIELD
 from gateway.settings import build_settings
+from tests.e2e.conftest import START_TIMEOUT_S
 from tests.support.threads import ServerThread
 
 pytestmark = pytest.mark.e2e
@@ -51,7 +52,7 @@ async def _restart(pool: LocalWorkerPool, index: int) -> None:
     process = WorkerProcess.for_spec(old.spec, pool_python(pool), old.process.log_path, name=old.name)
     pool.workers[index] = LocalWorker(name=old.name, spec=old.spec, process=process)
     await process.start()
-    await process.wait_healthy(300)
+    await process.wait_healthy(START_TIMEOUT_S)
 
 
 def pool_python(pool: LocalWorkerPool) -> str:

@@ -104,3 +104,25 @@ async def test_workers_status_shows_the_dtype_in_force_and_why(on_host, tmp_path
     assert main(["workers", "status", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["workers"][0]
     assert (row["kv_cache_dtype"], row["dtype"], row["dtype_reason"]) == ("auto", "float32", f"{REASON}; float32 weights")
+
+
+def test_up_reports_a_failed_worker_by_its_root_cause_and_log(on_host, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import backends.runtime
+    from backends.runtime import Runtime
+    from tests.support.threads import free_port
+
+    on_host(SPR)  # FP8 is the default here: the fake engine fails the way vLLM does without AVX-512
+    python = tmp_path / "python"
+    python.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write(open({str(FIXTURES / 'vllm_cpu_startup_fp8_avx2.log')!r}).read())\n"
+                      "sys.exit(1)\n")
+    python.chmod(0o755)
+    monkeypatch.setattr(backends.runtime, "prepare_runtime", lambda **kw: Runtime(python, tmp_path / "model"))
+    assert main(["up", "--port", str(free_port())]) == 1
+    err = capsys.readouterr().err
+    message = err[err.index("kvgate: worker local-0"):].splitlines()
+    assert message[0] == ("kvgate: worker local-0: exited unexpectedly with code 1: "
+                          "NotImplementedError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX.")
+    assert "in _get_attn_isa" in message[1] and message[-1] == f"(log: {tmp_path / 'logs' / 'local-0.log'})"
+    assert "Traceback" not in err and "FP8 KV cache on CPU needs AVX-512 or AMX; this CPU has AMX: using fp8" in err
