@@ -131,6 +131,14 @@ class PayloadTooLargeError(GatewayError):
     code = "request_too_large"
 
 
+class UnsupportedMediaTypeError(GatewayError):
+    """415: an inference body whose ``Content-Type`` is not ``application/json``."""
+
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_media_type"
+
+
 class UpstreamError(GatewayError):
     """502: the endpoint failed (connection refused or reset, 5xx, broken or error stream)."""
 
