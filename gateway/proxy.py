@@ -265,7 +265,8 @@ class Proxy:
         if response.status == 429:
             cool = failover.retry_after_s(kept.get("retry-after"), self._max_cooldown_s)
             raise _Retry(UpstreamClientError(429, raw, kept), "http_429", wait, cool)
-        message = f"Upstream endpoint '{endpoint.name}' returned HTTP {response.status}: {error_message_of(raw, response.status, relay_text=False)}"
+        reason = error_message_of(raw, response.status, relay_text=False)  # never an HTML page or a Traceback
+        message = f"Upstream endpoint '{endpoint.name}' returned HTTP {response.status}: {reason}"
         error_class = UpstreamTimeoutError if response.status in (408, 504) else UpstreamError
         raise _Retry(error_class(message), f"http_{response.status}", wait)
 
