@@ -188,6 +188,7 @@ def create_app(
             metrics=container.metrics,
             max_attempts=settings.upstream.max_attempts,
             max_retry_after_s=settings.upstream.max_retry_after_s,
+            max_cooldown_s=settings.upstream.max_rate_limit_cooldown_s,
             clock=clock,
         )
         checker = HealthChecker(container.registry, client, settings.health, container.metrics, board=routing.board)

@@ -11,6 +11,7 @@ arise; nothing else reaches the HTTP edge except as a generic 500 ``server_error
 from __future__ import annotations
 
 from collections.abc import Mapping
+from http import HTTPStatus
 
 import orjson
 
@@ -131,6 +132,14 @@ class PayloadTooLargeError(GatewayError):
     code = "request_too_large"
 
 
+class UnsupportedMediaTypeError(GatewayError):
+    """415: an inference body whose ``Content-Type`` is not ``application/json``."""
+
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_media_type"
+
+
 class UpstreamError(GatewayError):
     """502: the endpoint failed (connection refused or reset, 5xx, broken or error stream)."""
 
@@ -167,7 +176,7 @@ class UpstreamClientError(GatewayError):
     def __init__(self, status: int, raw: bytes, headers: Mapping[str, str] | None = None) -> None:
         self.status = status
         self.raw = raw if _is_openai_error(raw) else None
-        message = error_message_of(raw) if raw.strip() else f"upstream returned HTTP {status}"
+        message = error_message_of(raw, status) if raw.strip() else f"upstream returned HTTP {status}"
         super().__init__(message, headers=headers)
 
     def body(self) -> bytes:
@@ -182,16 +191,35 @@ def _is_openai_error(raw: bytes) -> bool:
     return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
 
 
-def error_message_of(raw: bytes) -> str:
-    """Best-effort human message from an endpoint's error body (OpenAI-shaped or text)."""
+def error_message_of(raw: bytes, status: int | None = None, *, relay_text: bool = True) -> str:
+    """A human message from an endpoint's error body, never its raw page.
+
+    An OpenAI-shaped (``{"error": {"message"}}``) or flat (``{"message"}``) JSON body gives its
+    message (500 characters at most). Any other body is summarised as the status and a short
+    reason (``Bad Gateway (a non-JSON body of 1234 bytes, not relayed)``): an HTML error page or
+    a ``Traceback`` never reaches a client. With ``relay_text`` (the endpoint's own 4xx), one
+    short line of plain text (at most 200 characters, no markup) is still relayed as it came.
+    """
     try:
         parsed = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return raw.decode("utf-8", "replace")[:500]
+        parsed = None
     if isinstance(parsed, dict):
         error = parsed.get("error", parsed)
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             return error["message"][:500]
         if isinstance(parsed.get("message"), str):
             return parsed["message"][:500]
-    return raw.decode("utf-8", "replace")[:500]
+    if relay_text and parsed is None:
+        text = raw.decode("utf-8", "replace").strip()
+        if text and len(text) <= 200 and "\n" not in text and not text.startswith("<") and "Traceback" not in text:
+            return text
+    return _summary(raw, status)
+
+
+def _summary(raw: bytes, status: int | None) -> str:
+    try:
+        reason = HTTPStatus(status).phrase if status is not None else "Error"
+    except ValueError:
+        reason = "Error"
+    return f"{reason} (a non-JSON body of {len(raw)} bytes, not relayed)"

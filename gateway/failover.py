@@ -4,8 +4,15 @@ kvgate's contract (README, "Failover"):
 
 * **Before any byte reaches the client**, a failed attempt moves on: connection errors,
   timeouts before the first byte, 5xx, 408, 429 (``Retry-After`` honoured up to
-  ``max_retry_after_s``), an in-band error as the first stream event, an empty or malformed
-  answer. Client errors (other 4xx) are relayed, never retried, never held against the endpoint.
+  ``max_retry_after_s``, waited only before an attempt that will be made), an in-band error as
+  the first stream event, an empty or malformed answer. Client errors (other 4xx) are relayed,
+  never retried, never held against the endpoint.
+* **A 429 with ``Retry-After``** is no failure of the endpoint: it *cools* it (out of rotation
+  until then, capped at ``upstream.max_rate_limit_cooldown_s``); the breaker hears nothing.
+  When every endpoint of a route is cooling or refused by its breaker, the answer is a 503 with
+  ``Retry-After`` = the soonest time one may be tried, and none is called.
+* **An endpoint's error answer that is relayed** (its 4xx, or the last 429) keeps its
+  rate-limit headers: ``Retry-After`` and every ``x-ratelimit-*`` (:func:`rate_limit_headers`).
 * **After content was sent**, a plain-text stream may be *continued* on another endpoint of the
   same model (see ``gateway/continuation.py``); tool calls and strict JSON outputs never are.
   Otherwise the client gets one OpenAI error event and the stream closes.
@@ -34,6 +41,17 @@ def is_retryable_status(status: int) -> bool:
 def is_client_error(status: int) -> bool:
     """A 4xx that is the client's fault: relayed as is, never retried or counted."""
     return 400 <= status < 500 and status not in RETRYABLE_STATUSES
+
+
+def rate_limit_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers of an endpoint's answer that are relayed with it: ``Retry-After`` and ``x-ratelimit-*``
+    (OpenAI's ``x-ratelimit-limit-requests``, ``-remaining-tokens``, ``-reset-requests`` ...), lower-cased names."""
+    kept = {}
+    for name, value in headers.items():
+        lowered = name.lower()
+        if lowered == "retry-after" or lowered.startswith("x-ratelimit-"):
+            kept[lowered] = value
+    return kept
 
 
 def retry_after_s(value: str | None, cap_s: float) -> float:

@@ -51,8 +51,6 @@ from gateway.routing.scheduler import Decision, Scheduler
 from gateway.upstream.client import Upstream, UpstreamResponse
 from gateway.upstream.streaming import StreamRelay, Upstreamed
 
-_RELAYED_HEADERS = ("retry-after",)
-
 
 @dataclass(slots=True)  # made per request, never changed: not frozen (a frozen __init__ costs ~5x)
 class BufferedReply:
@@ -79,11 +77,12 @@ class BufferedReply:
 class _Retry(Exception):
     """This attempt failed before anything reached the client; try the next endpoint."""
 
-    def __init__(self, error: GatewayError, reason: str, wait_s: float = 0.0) -> None:
+    def __init__(self, error: GatewayError, reason: str, wait_s: float = 0.0, cool_s: float = 0.0) -> None:
         super().__init__(error.message)
         self.error = error
         self.reason = reason
         self.wait_s = wait_s
+        self.cool_s = cool_s  # > 0: a 429's Retry-After; the endpoint cools, no failure is counted
 
 
 def _named(endpoint: Endpoint, error: GatewayError) -> GatewayError:
@@ -105,6 +104,7 @@ class Proxy:
         max_attempts: int,
         max_retry_after_s: float,
         clock: Callable[[], float],
+        max_cooldown_s: float = 0.0,
     ) -> None:
         self._catalog = catalog
         self._registry = registry
@@ -113,6 +113,7 @@ class Proxy:
         self._metrics = metrics
         self._max_attempts = max_attempts
         self._max_retry_after_s = max_retry_after_s
+        self._max_cooldown_s = max_cooldown_s
         self._clock = clock
 
     def route_for(self, request: InferenceRequest, failover_header: str | None, selected: Route | None = None) -> Route:
@@ -135,6 +136,7 @@ class Proxy:
         budget = self._max_attempts if route.failover else 1
         last: GatewayError | None = None
         retry_at: list[float] = []
+        wait_s = 0.0  # a Retry-After to honour before the next attempt, if one is made
         for cluster in route.clusters:
             endpoints = self._registry.cluster(cluster)
             if not endpoints:
@@ -143,7 +145,17 @@ class Proxy:
             for endpoint in decision.ranked:
                 if budget == 0:
                     break
-                if not endpoint.breaker.allow():
+                cooling = endpoint.cooling_until
+                if cooling:
+                    retry_at.append(cooling)
+                    continue
+                if not endpoint.breaker.available():
+                    retry_at.append(endpoint.breaker.retry_at)
+                    continue
+                if wait_s:
+                    await asyncio.sleep(wait_s)
+                    wait_s = 0.0
+                if not endpoint.breaker.allow():  # its one half-open probe went to another request meanwhile
                     retry_at.append(endpoint.breaker.retry_at)
                     continue
                 budget -= 1
@@ -154,21 +166,32 @@ class Proxy:
                 try:
                     return await self._attempt(endpoint, request, exchange, route, decision)
                 except _Retry as retry:
-                    self._failed(endpoint, retry.reason, retry.error.message)
+                    self._retried(endpoint, retry)
                     last = retry.error
-                    if retry.wait_s and budget:
-                        await asyncio.sleep(retry.wait_s)
+                    wait_s = retry.wait_s
             if budget == 0:
                 break
         if last is not None:
             raise last
         raise self._unavailable(route, retry_at)
 
+    def _retried(self, endpoint: Endpoint, retry: _Retry) -> None:
+        """An attempt failed before the client saw a byte: a cooldown (429 with Retry-After) or a failure."""
+        if retry.cool_s:
+            endpoint.breaker.release_probe()
+            endpoint.cool_down(retry.cool_s)
+            endpoint.last_error = f"{retry.reason}: {retry.error.message}"
+            self._metrics.upstream_failures.labels(endpoint.name, retry.reason).inc()
+            return
+        self._failed(endpoint, retry.reason, retry.error.message)
+
     def _unavailable(self, route: Route, retry_at: list[float]) -> NoHealthyEndpointError:
         wait = max(1, math.ceil(min(retry_at) - self._clock())) if retry_at else 1
         names = ", ".join(route.clusters)
         return NoHealthyEndpointError(
-            f"No endpoint of {names} can take requests now; retry in {wait} s.", headers={"Retry-After": str(wait)}
+            f"No endpoint of {names} can take requests now (circuit breakers open or rate-limit cooldowns); "
+            f"retry in {wait} s.",
+            headers={"Retry-After": str(wait)},
         )
 
     def _failed(self, endpoint: Endpoint, reason: str, message: str) -> None:
@@ -235,13 +258,15 @@ class Proxy:
         if response.status < 400:
             return response
         raw = await self._read(endpoint, response)
-        kept = {name: response.headers[name] for name in _RELAYED_HEADERS if name in response.headers}
+        kept = failover.rate_limit_headers(response.headers)
         if failover.is_client_error(response.status):
             raise UpstreamClientError(response.status, raw, kept)
         wait = failover.retry_after_s(kept.get("retry-after"), self._max_retry_after_s)
         if response.status == 429:
-            raise _Retry(UpstreamClientError(429, raw, kept), "http_429", wait)
-        message = f"Upstream endpoint '{endpoint.name}' returned HTTP {response.status}: {error_message_of(raw)}"
+            cool = failover.retry_after_s(kept.get("retry-after"), self._max_cooldown_s)
+            raise _Retry(UpstreamClientError(429, raw, kept), "http_429", wait, cool)
+        reason = error_message_of(raw, response.status, relay_text=False)  # never an HTML page or a Traceback
+        message = f"Upstream endpoint '{endpoint.name}' returned HTTP {response.status}: {reason}"
         error_class = UpstreamTimeoutError if response.status in (408, 504) else UpstreamError
         raise _Retry(error_class(message), f"http_{response.status}", wait)
 

@@ -157,6 +157,10 @@ class UpstreamSettings(_Section):
     max_retry_after_s: float = Field(
         2.0, ge=0, description="Longest Retry-After (from a 429/503) honoured before the next attempt, seconds."
     )
+    max_rate_limit_cooldown_s: float = Field(
+        60.0, ge=0, description="A 429 with Retry-After takes its endpoint out of rotation for that long, capped "
+        "at this many seconds (no breaker failure counted); 0 disables the cooldown."
+    )
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
 
 

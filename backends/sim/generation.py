@@ -172,13 +172,40 @@ def _validate(worker: SimWorker, body: dict[str, Any], chat: bool) -> Job:
     )
 
 
+def check_messages(messages: Any) -> list[dict[str, Any]]:
+    """``messages`` if vLLM's request model would accept its shape, else RequestError (400).
+
+    vLLM validates each message with pydantic before templating: ``role`` a string, ``content``
+    a string, null, or a list of content-part objects whose ``text`` (when present) is a string.
+    Anything else is a 400 ``Bad Request`` with pydantic's message (never a 500).
+    """
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise RequestError(400, "messages must be a list of objects", "BadRequestError",
+                           "messages")
+    for index, message in enumerate(messages):
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(role, str):
+            raise _validation_error(index, "role", "string_type", "Input should be a valid string", role)
+        if content is None or isinstance(content, str):
+            continue
+        if not isinstance(content, list):
+            raise _validation_error(index, "content", "string_type", "Input should be a valid string", content)
+        for part in content:
+            if not isinstance(part, dict) or not isinstance(part.get("text", ""), str):
+                raise _validation_error(index, "content", "model_type",
+                                        "Input should be a valid content part object", part)
+    return messages
+
+
+def _validation_error(index: int, field: str, kind: str, msg: str, value: Any) -> RequestError:
+    loc = ("body", "messages", index, field)
+    detail = {"type": kind, "loc": loc, "msg": msg, "input": value}
+    return RequestError(400, f"1 validation error:\n  {detail}", "Bad Request", f"messages.{index}.{field}")
+
+
 def _prompt_tokens(worker: SimWorker, body: dict[str, Any], chat: bool) -> list[int]:
     if chat:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise RequestError(400, "messages must be a list of objects", "BadRequestError",
-                               "messages")
-        return worker.tokenizer.apply_chat_template(messages)
+        return worker.tokenizer.apply_chat_template(check_messages(body.get("messages")))
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]

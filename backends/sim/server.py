@@ -20,7 +20,7 @@ import orjson
 from aiohttp import web
 
 from backends.sim.faults import FaultSpecError, parse_fault
-from backends.sim.generation import handle_generation, json_response
+from backends.sim.generation import RequestError, check_messages, handle_generation, json_response
 from backends.sim.metrics import render
 from backends.sim.responses import VLLM_VERSION, error_body, model_card
 from backends.sim.worker import SimWorker
@@ -67,7 +67,11 @@ async def tokenize(request: web.Request) -> web.Response:
     except orjson.JSONDecodeError:
         return json_response(error_body("JSON decode error", "Bad Request", 400, "body"), 400)
     if isinstance(body.get("messages"), list):
-        tokens = worker.tokenizer.apply_chat_template(body["messages"])
+        try:
+            messages = check_messages(body["messages"])
+        except RequestError as error:
+            return json_response(error.body, error.status)
+        tokens = worker.tokenizer.apply_chat_template(messages)
     else:
         tokens = worker.tokenizer.encode(str(body.get("prompt", "")))
     return json_response({"count": len(tokens), "max_model_len": worker.config.preset.max_model_len,

@@ -19,7 +19,7 @@ from fastapi import Request, Response
 from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 
-from gateway.errors import GatewayError, PayloadTooLargeError
+from gateway.errors import GatewayError, PayloadTooLargeError, UnsupportedMediaTypeError
 from gateway.exchange import CANCELLED, CLIENT_ERROR, UPSTREAM_ERROR
 from gateway.protocol.openai import Operation, parse_request
 from gateway.proxy import BufferedReply
@@ -53,6 +53,23 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def check_content_type(value: str | None) -> None:
+    """Raise UnsupportedMediaTypeError (415) unless ``value`` is ``application/json``, parameters allowed.
+
+    ``value``: the request's ``Content-Type`` header, or None when absent. An absent header is
+    accepted (the body is then parsed as JSON, as FastAPI and vLLM do); any other media type
+    (``text/plain``, ``application/x-www-form-urlencoded``, ...) is refused before it is parsed.
+    """
+    if value is None:
+        return
+    media_type = value.split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        shown = media_type[:64] or "(empty)"
+        raise UnsupportedMediaTypeError(
+            f"Content-Type must be application/json, got {shown!r}.", param="Content-Type"
+        )
+
+
 Watch = Callable[[Awaitable[Any]], Awaitable[Any]]
 """Awaits the forwarding step, raising :class:`ClientDisconnected` (and cancelling it) if the client leaves."""
 
@@ -81,6 +98,7 @@ async def handle_inference(
     gate = container.ops.gate
     if key is None:
         key = gate.authenticate(headers.get("authorization"))
+    check_content_type(headers.get("content-type"))
     parsed = parse_request(operation, raw)
     routed = await container.selector.select(parsed, key, headers)
     route = container.proxy.route_for(parsed, headers.get("x-failover-route"), routed.route)

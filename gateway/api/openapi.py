@@ -43,6 +43,7 @@ _ERRORS = {
     "403": "The key may not use this model",
     "404": "Unknown model",
     "413": "Body larger than server.max_body_bytes",
+    "415": "Content-Type is not application/json",
     "429": "A key's quota is exhausted (Retry-After)",
     "502": "Every endpoint failed",
     "503": "No endpoint can take requests (Retry-After)",

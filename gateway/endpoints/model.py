@@ -11,6 +11,10 @@ Two independent guards decide whether an endpoint takes new requests (``routable
 * **the circuit breaker**, from request outcomes (``endpoints/circuit.py``): open after
   consecutive failures or a failure ratio, one half-open probe after the cooldown.
 
+A third, the **rate-limit cooldown**, is the endpoint's own word: a 429 with ``Retry-After``
+(``cool_down``) takes it out of rotation until then. It is no failure (the breaker does not
+hear of it) and ends by itself; while it lasts, ``cooling_until`` says until when.
+
 A client's cancel or a client error (4xx) counts as neither success nor failure.
 """
 
@@ -65,7 +69,7 @@ class Endpoint:
 
     __slots__ = (
         "spec", "in_flight", "health", "draining", "stalled", "breaker", "source", "last_error",
-        "_check_failures", "_check_successes", "_unhealthy_after", "_healthy_after",
+        "_check_failures", "_check_successes", "_unhealthy_after", "_healthy_after", "_clock", "_cool_until",
     )
 
     def __init__(
@@ -90,6 +94,8 @@ class Endpoint:
         self._check_successes = 0
         self._unhealthy_after = unhealthy_threshold
         self._healthy_after = healthy_threshold
+        self._clock = clock
+        self._cool_until = 0.0
 
     @property
     def name(self) -> str:
@@ -97,10 +103,24 @@ class Endpoint:
 
     @property
     def routable(self) -> bool:
-        """May take new requests: not ejected by checks, not stalled, not draining, breaker not open."""
+        """May take new requests: not ejected by checks, not stalled, not draining, not cooling, breaker not open."""
         return (
-            self.health is not Health.UNHEALTHY and not self.stalled and not self.draining and self.breaker.available()
+            self.health is not Health.UNHEALTHY and not self.stalled and not self.draining
+            and not self.cooling_until and self.breaker.available()
         )
+
+    @property
+    def cooling_until(self) -> float:
+        """Clock time (seconds, the endpoint's clock) until which a 429's ``Retry-After`` holds it; 0.0 when not cooling."""
+        until = self._cool_until
+        if until and until <= self._clock():
+            self._cool_until = until = 0.0
+        return until
+
+    def cool_down(self, seconds: float) -> None:
+        """Take the endpoint out of rotation for ``seconds`` (a 429's ``Retry-After``); never shortens one under way."""
+        if seconds > 0:
+            self._cool_until = max(self._cool_until, self._clock() + seconds)
 
     @property
     def circuit(self) -> CircuitState:

@@ -63,6 +63,16 @@ class HotSpotSettings(_Section):
     share_half_life: float = Field(
         200.0, gt=0, description="Half-life, in requests, of the recent-assignment counts of `bounded-share`."
     )
+    busy_waiting: float = Field(
+        1.0, gt=0, description="bounded-share caps an endpoint only while it is loaded: at least this many requests "
+        "waiting in its engine queue (vllm:num_requests_waiting) ..."
+    )
+    busy_kv_usage: float = Field(
+        0.8, gt=0, le=1, description="... or its KV cache at least this full (vllm:kv_cache_usage_perc) ..."
+    )
+    busy_in_flight: float = Field(
+        2.0, gt=0, description="... or at least this many requests in flight per unit of weight (all replicas)."
+    )
 
 
 class IndexSettings(_Section):

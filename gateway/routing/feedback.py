@@ -6,9 +6,15 @@ No peer router checks its cache model against the engine. This module does, per 
   ``matched * block_bytes / bytes_per_token``, rounded down to whole engine blocks (vLLM counts
   hits in whole blocks: 128 tokens on vLLM-CPU, 16 on GPUs) and capped at the prompt's last
   whole block before its final token (the last token is always recomputed).
-- **Correction from usage.** When the answer reports ``prompt_tokens_details.cached_tokens``:
-  ``bytes_per_token`` is re-estimated (EWMA, alpha 0.2, from the canonical prompt length over
-  ``prompt_tokens``), and the index's matched blocks are converted to tokens again with *this
+- **Bytes per token.** Every answer's ``prompt_tokens`` refines the endpoint's ratio as a running
+  estimate weighted by tokens: ``sum(bytes) / sum(tokens)`` over its prompts, with the configured
+  ``index.bytes_per_token`` counted as ``PRIOR_TOKENS`` (1,024) tokens of evidence, so one tiny
+  prompt moves it by a little and real prompts soon dominate (an EWMA seeded by the first reading,
+  as first built, let one 20-token prompt cut an index's capacity from 728 to 96 blocks). The
+  sums keep at most ``WINDOW_TOKENS`` (262,144) tokens of evidence, scaled down beyond, so the
+  estimate follows a change in the traffic's mix.
+- **Correction from usage.** When the answer reports ``prompt_tokens_details.cached_tokens``,
+  the index's matched blocks are converted to tokens again with *this
   request's* ratio, so the comparison judges the index and not the ratio's drift between
   request shapes. The tolerance is what the two granularities allow: one engine block, plus one
   index block in tokens (about 50 for 256 bytes), plus 2% of the prediction (template tokens).
@@ -47,6 +53,8 @@ from gateway.routing.prefill import PrefillTracker
 from gateway.state.base import StateStore
 
 ALPHA = 0.2
+PRIOR_TOKENS = 1024.0
+WINDOW_TOKENS = 262_144.0
 SHRINK = 0.9
 GROW = 1.05
 TOLERANCE = 0.02
@@ -65,6 +73,7 @@ class PrefixFeedback:
         self._metrics = metrics
         self._decay = 0.5 ** (1.0 / share_half_life)
         self._bytes_per_token: dict[str, float] = {}
+        self._ratio_sums: dict[str, tuple[float, float]] = {}  # (bytes, tokens) seen, prior included
         self._scale: dict[str, float] = {}
         self._capacity_tokens: dict[str, int] = {}
         self._block_tokens: dict[str, int] = {}
@@ -121,7 +130,7 @@ class PrefixFeedback:
             self.latency[name] = _ewma(self.latency.get(name), elapsed_s / (completion + 1))
         if not isinstance(prompt, int) or prompt <= 0 or key.length <= 0:
             return None
-        self._bytes_per_token[name] = _ewma(self._bytes_per_token.get(name), key.length / prompt)
+        self._learn_ratio(name, key.length, prompt)
         details = usage.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
         if not isinstance(cached, int) or not judge:
@@ -141,6 +150,18 @@ class PrefixFeedback:
         self._record_accuracy(name, "usage", 1.0 - min(abs(error) / prompt, 1.0))
         self.apply_capacity(name)
         return outcome
+
+    def _learn_ratio(self, name: str, prompt_bytes: int, prompt_tokens: int) -> None:
+        """Fold one prompt into the token-weighted bytes-per-token estimate (module docstring)."""
+        prior = self._settings.bytes_per_token
+        total_bytes, total_tokens = self._ratio_sums.get(name, (prior * PRIOR_TOKENS, PRIOR_TOKENS))
+        total_bytes += prompt_bytes
+        total_tokens += prompt_tokens
+        if total_tokens > WINDOW_TOKENS:
+            keep = WINDOW_TOKENS / total_tokens
+            total_bytes, total_tokens = total_bytes * keep, WINDOW_TOKENS
+        self._ratio_sums[name] = (total_bytes, total_tokens)
+        self._bytes_per_token[name] = total_bytes / total_tokens
 
     def _record_accuracy(self, name: str, source: str, value: float) -> None:
         accuracy = self._accuracy[(name, source)] = _ewma(self._accuracy.get((name, source)), value)

@@ -46,6 +46,7 @@ from gateway.protocol.openai import InferenceRequest
 from gateway.routing import registry
 from gateway.routing.config import ProfileSettings, RoutingSettings
 from gateway.routing.feedback import PrefixFeedback
+from gateway.routing.filters import loaded
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.producers import run_producers
 from gateway.routing.scheduler import Decision
@@ -123,6 +124,7 @@ class ProfileDecision(Decision):
         self._store = owner.store
         self._feedback = owner.feedback
         self._clock = clock = owner.clock
+        self._hot_spot = owner.hot_spot
         self._started = now = clock()
         # the first-ranked endpoint is the one tried: its prefill in flight grows until commit
         uncached = key.length - first.matched * key.block_bytes
@@ -188,6 +190,7 @@ class ProfileDecision(Decision):
                 "stale_stats": c is None or c.stats is None,
                 "waiting": None if c is None or c.stats is None else c.stats.waiting,
                 "kv_usage": None if c is None or c.stats is None else c.stats.kv_usage,
+                "loaded": None if c is None else loaded(c, self._hot_spot),
             })
         return {
             "profile": self.profile,
@@ -214,7 +217,7 @@ class ProfileScheduler:
         self._filters = [_lookup("filter", registry.FILTERS, n, name)(deps) for n in profile.filters]
         self._scorers = [(n, _lookup("scorer", registry.SCORERS, n, name)(deps), w) for n, w in profile.scorers.items()]
         self._picker = _lookup("picker", registry.PICKERS, profile.picker, name)(deps)
-        self._hot_spot = routing.hot_spot
+        self.hot_spot = routing.hot_spot
         self._deadline = routing.producer_deadline_ms / 1000
         self._stale_after = routing.scrape.stale_after_s
         self._hasher = hasher
@@ -236,7 +239,7 @@ class ProfileScheduler:
             return Decision(ejected)
         spec = routable[0].spec
         key = self._hasher.key(request, spec.served_model)
-        ctx = Context(spec.cluster, request, key, self._hot_spot)
+        ctx = Context(spec.cluster, request, key, self.hot_spot)
         hints = await run_producers(self._producers, ctx, routable, self._deadline, self._metrics)
         candidates = self._candidates(routable, hints.get("state"), key)
         count = len(candidates)

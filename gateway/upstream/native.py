@@ -25,7 +25,10 @@ Semantics (those of :class:`~gateway.upstream.client.Upstream`):
 * Pool: at most ``upstream.pool_size`` open connections in all (a request waits for one to be
   free); idle connections are reused last-in first-out and dropped after ``upstream.keepalive_s``
   idle seconds (0: a new connection per request). A reused connection that the endpoint closed
-  while it sat idle is noticed (``connection_lost``) and never handed out.
+  while it sat idle is noticed (``connection_lost``) and never handed out. One that it closes
+  just as the request goes out (the keep-alive race: closed or reset before any byte of an
+  answer) is retried once on a fresh connection, as urllib3 and httpcore do; only that retry's
+  outcome counts, so the race is never taken for the endpoint's failure.
 * Flow control: a stream whose reader falls behind by more than 256 KiB pauses reading from the
   endpoint (TCP back-pressure) until the reader catches up.
 * ``https://`` endpoints use TLS with the system's CA store (``ssl.create_default_context``).
@@ -87,6 +90,7 @@ class _Connection(asyncio.Protocol):
     __slots__ = (
         "_pool", "origin", "transport", "_parser", "_waiter", "_status", "headers", "_body", "_buffered",
         "_head_done", "_complete", "_error", "_lost", "_length_known", "_paused", "idle_since", "_busy", "_keep_alive",
+        "_answered", "reused",
     )
 
     def __init__(self, pool: NativeUpstream, origin: tuple[str, str, int]) -> None:
@@ -98,6 +102,7 @@ class _Connection(asyncio.Protocol):
         self._lost = False
         self._busy = False
         self.idle_since = 0.0
+        self.reused = False  # handed out from the idle pool (it carried an exchange before)
         self._reset()
 
     def _reset(self) -> None:
@@ -111,6 +116,7 @@ class _Connection(asyncio.Protocol):
         self._error: UpstreamError | None = None
         self._length_known = False
         self._paused = False
+        self._answered = False  # a byte of this exchange's answer arrived
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -120,6 +126,7 @@ class _Connection(asyncio.Protocol):
         if not self._busy:  # bytes on an idle connection: nothing asked for them, never reuse it
             self._pool._discard(self)
             return
+        self._answered = True
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as error:
@@ -234,6 +241,10 @@ class _Connection(asyncio.Protocol):
 
     def reusable(self) -> bool:
         return self._complete and self._keep_alive and not self._lost
+
+    def stale(self) -> bool:
+        """A reused connection the endpoint closed before any byte of this exchange's answer."""
+        return self.reused and not self._answered and self._lost
 
 
 class _Response:
@@ -352,6 +363,7 @@ class NativeUpstream:
         while idle:
             conn = idle.pop()
             if not conn._lost and now - conn.idle_since < self._keepalive_s:
+                conn.reused = True
                 return conn
             self._discard(conn)
         return None
@@ -363,11 +375,12 @@ class NativeUpstream:
                 return True
         return False
 
-    async def _acquire(self, target: _Target, connect_timeout_s: float) -> _Connection:
+    async def _acquire(self, target: _Target, connect_timeout_s: float, fresh: bool = False) -> _Connection:
+        """A connection to ``target``: an idle one (unless ``fresh``) or a new one once a slot is free."""
         while True:
             if self._closed:
                 raise UpstreamError("the gateway is shutting down")
-            conn = self._idle_for(target.origin)
+            conn = None if fresh else self._idle_for(target.origin)
             if conn is not None:
                 return conn
             if len(self._open) < self._limit or self._evict_other_idle():
@@ -414,6 +427,25 @@ class NativeUpstream:
     ) -> _Response:
         target = self._target(url)
         conn = await self._acquire(target, connect_timeout_s)
+        try:
+            conn.send(method, target, headers, body)
+            await conn.head()
+        except UpstreamError:
+            stale = conn.stale()
+            self._discard(conn)
+            if not stale:
+                raise
+            return await self._retry_fresh(method, target, headers, body, connect_timeout_s)
+        except BaseException:
+            self._discard(conn)
+            raise
+        return _Response(conn)
+
+    async def _retry_fresh(
+        self, method: bytes, target: _Target, headers: Mapping[str, str], body: bytes, connect_timeout_s: float
+    ) -> _Response:
+        """The keep-alive race's one retry, on a new connection (its idle siblings may be closing too)."""
+        conn = await self._acquire(target, connect_timeout_s, fresh=True)
         try:
             conn.send(method, target, headers, body)
             await conn.head()

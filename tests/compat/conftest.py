@@ -32,9 +32,9 @@ def fake() -> Iterator[FakeUpstream]:
 def gateway(fake: FakeUpstream) -> Iterator[RunningGateway]:
     running = RunningGateway(
         {
-            # Error tests fail on purpose: keep the breaker closed and Retry-After waits short.
+            # Error tests fail on purpose: keep the breaker closed, no 429 cooldown, Retry-After waits short.
             "circuit": {"consecutive_failures": 1_000_000, "min_requests": 1_000_000},
-            "upstream": {"max_retry_after_s": 0.05},
+            "upstream": {"max_retry_after_s": 0.05, "max_rate_limit_cooldown_s": 0},
             "clusters": {
                 "fast": {"endpoints": [{"name": "fast-c", "url": fake.base_url, "model": "qwen-served"}]},
                 "reasoning": {"endpoints": [{"name": "reason-c", "url": fake.base_url, "model": "deepseek-r1"}]},

@@ -78,13 +78,14 @@ def refusing() -> Iterator[RefusingPort]:
     port.close()
 
 
-# Shared gateways see many deliberate failures; neither the circuit breaker nor health checks
-# may take an endpoint out of rotation behind a later test's back. Retry-After waits stay short.
+# Shared gateways see many deliberate failures; neither the circuit breaker, health checks nor a
+# 429's rate-limit cooldown may take an endpoint out of rotation behind a later test's back.
+# Retry-After waits stay short.
 NEVER_EJECT = {
     "circuit": {"consecutive_failures": 1_000_000, "min_requests": 1_000_000},
     "health": {"unhealthy_threshold": 1_000_000},
 }
-SHORT_RETRY_WAIT = {"max_retry_after_s": 0.05}
+SHORT_RETRY_WAIT = {"max_retry_after_s": 0.05, "max_rate_limit_cooldown_s": 0}
 
 
 def _serve(data: dict, **app_kwargs: object) -> Iterator[RunningGateway]:

@@ -138,3 +138,25 @@ async def test_same_seed_same_answers(sim_factory) -> None:  # type: ignore[no-u
     first, again, other = await answers(7), await answers(7), await answers(8)
     assert first == again and first != other
     assert first[0][1] == first[2][1]  # same prompt, same output on one worker
+
+
+@pytest.mark.parametrize(
+    "message, param",
+    [
+        ({"role": "user", "content": 42}, "messages.0.content"),
+        ({"role": "user", "content": 4.5}, "messages.0.content"),
+        ({"role": "user", "content": {"text": "x"}}, "messages.0.content"),
+        ({"role": "user", "content": [7]}, "messages.0.content"),
+        ({"role": "user", "content": [{"type": "text", "text": 7}]}, "messages.0.content"),
+        ({"role": 3, "content": "x"}, "messages.0.role"),
+    ],
+)
+async def test_a_message_of_the_wrong_shape_is_400_as_vllm_answers(sim: RunningSim, message: dict, param: str) -> None:
+    """vLLM's pydantic request model refuses these with a 400; the simulator once raised a 500."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        await sim.client.chat.completions.create(model=MODEL, messages=[message], max_tokens=2)  # type: ignore[list-item]
+    assert caught.value.status_code == 400
+    assert caught.value.body["code"] == 400 and caught.value.body["param"] == param
+    assert caught.value.body["message"].startswith("1 validation error")
+    tokenized = await sim.http.post("/tokenize", json={"model": MODEL, "messages": [message]})
+    assert tokenized.status_code == 400

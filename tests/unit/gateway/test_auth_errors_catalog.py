@@ -1,7 +1,7 @@
 import orjson
 import pytest
 
-from gateway.errors import AuthenticationError, ModelNotFoundError, UpstreamClientError, UpstreamError
+from gateway.errors import AuthenticationError, ModelNotFoundError, UpstreamClientError, UpstreamError, error_message_of
 from gateway.routes.catalog import ModelCatalog
 from gateway.settings import build_settings
 
@@ -17,6 +17,25 @@ def test_upstream_client_error_relays_openai_bodies_and_wraps_others() -> None:
     wrapped = orjson.loads(UpstreamClientError(404, b"Not Found").body())
     assert wrapped["error"]["message"] == "Not Found"
     assert UpstreamClientError(422, b"x").status == 422
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "relay_text", "expected"),
+    [
+        (b'{"error": {"message": "boom"}}', 500, False, "boom"),
+        (b'{"object": "error", "message": "flat"}', 400, True, "flat"),
+        (b"<html><pre>Traceback (most recent call last):</pre></html>", 502, False,
+         "Bad Gateway (a non-JSON body of 58 bytes, not relayed)"),
+        (b"<html>nope</html>", 404, True, "Not Found (a non-JSON body of 17 bytes, not relayed)"),
+        (b"one short line", 500, False, "Internal Server Error (a non-JSON body of 14 bytes, not relayed)"),
+        (b"one short line", 400, True, "one short line"),
+        (b"Traceback (most recent call last): x", 400, True, "Bad Request (a non-JSON body of 36 bytes, not relayed)"),
+        (b"a\nb", 400, True, "Bad Request (a non-JSON body of 3 bytes, not relayed)"),
+        (b"[1, 2]", 599, False, "Error (a non-JSON body of 6 bytes, not relayed)"),
+    ],
+)
+def test_error_message_of_never_relays_a_page(raw: bytes, status: int, relay_text: bool, expected: str) -> None:
+    assert error_message_of(raw, status, relay_text=relay_text) == expected
 
 
 def test_catalog_names_aliases_and_clusters() -> None:

@@ -61,3 +61,17 @@ def test_in_flight_acquire_release() -> None:
     endpoint.acquire()
     endpoint.release()
     assert endpoint.in_flight == 1
+
+
+def test_rate_limit_cooldown_is_no_failure_and_ends_by_itself() -> None:
+    now = [100.0]
+    endpoint = Endpoint(EndpointSpec("e", "c", "http://h/v1", "m"), breaker=BreakerPolicy(consecutive_failures=1), clock=lambda: now[0])
+    endpoint.cool_down(30.0)
+    assert endpoint.cooling_until == 130.0 and not endpoint.routable
+    assert endpoint.circuit is CircuitState.CLOSED
+    endpoint.cool_down(5.0)  # a shorter Retry-After never shortens a cooldown under way
+    assert endpoint.cooling_until == 130.0
+    now[0] = 130.0
+    assert endpoint.cooling_until == 0.0 and endpoint.routable
+    endpoint.cool_down(0.0)
+    assert endpoint.routable

@@ -53,3 +53,13 @@ def test_status_classes(status: int, retryable: bool, client: bool) -> None:
 @pytest.mark.parametrize("value, expected", [(None, 0.0), ("", 0.0), ("3", 2.0), ("1.5", 1.5), ("-4", 0.0), ("Wed, 21 Oct 2015", 0.0)])
 def test_retry_after_is_capped(value: str | None, expected: float) -> None:
     assert retry_after_s(value, cap_s=2.0) == expected
+
+
+def test_rate_limit_headers_keep_retry_after_and_every_x_ratelimit() -> None:
+    from gateway.failover import rate_limit_headers
+
+    headers = {"Retry-After": "3", "X-RateLimit-Remaining-Requests": "0", "x-ratelimit-reset-tokens": "6ms",
+               "content-type": "application/json", "set-cookie": "s=1", "x-request-id": "r"}
+    assert rate_limit_headers(headers) == {
+        "retry-after": "3", "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-tokens": "6ms",
+    }

@@ -55,6 +55,29 @@ def test_rounding_noise_leaves_the_capacity_alone() -> None:
 def test_an_unjudged_observation_learns_the_ratio_but_leaves_the_capacity() -> None:
     loop = feedback()
     assert loop.observe("a", KEY, 200, usage(10_000, 0), 0.1, judge=False) is None
-    assert loop.bytes_per_token("a") == pytest.approx(KEY.length / 10_000)
+    # token-weighted with the default's 1,024 tokens of prior evidence (issue 16: no longer the first reading alone)
+    assert loop.bytes_per_token("a") == pytest.approx((4.0 * 1024 + KEY.length) / (1024 + 10_000))
     unscaled = IndexSettings().default_capacity_tokens * loop.bytes_per_token("a") / 256
     assert loop.capacity_blocks("a") == pytest.approx(unscaled, rel=0.01)
+
+
+def test_one_tiny_prompt_barely_moves_the_ratio_and_real_prompts_take_over() -> None:
+    """Issue 16: a 20-token prompt's ratio replaced the default and cut the index's capacity ~8x."""
+    loop = feedback()
+    default_blocks = loop.capacity_blocks("a")
+    tiny = PrefixKey((1,), None, 12, 256)  # 12 bytes of canonical prompt, 20 tokens with the chat template
+    loop.observe("a", tiny, 0, usage(20, 0), 0.1, judge=False)
+    assert loop.bytes_per_token("a") == pytest.approx((4.0 * 1024 + 12) / (1024 + 20))
+    assert loop.capacity_blocks("a") >= 0.97 * default_blocks
+    for _ in range(30):  # real prompts: ~5.1 bytes per token
+        loop.observe("a", KEY, 0, usage(10_000, 0), 0.1, judge=False)
+    assert loop.bytes_per_token("a") == pytest.approx(KEY.length / 10_000, rel=0.01)
+
+
+def test_the_ratio_follows_a_change_of_traffic() -> None:
+    loop = feedback()
+    for _ in range(40):
+        loop.observe("a", KEY, 0, usage(10_000, 0), 0.1, judge=False)
+    for _ in range(200):  # the same bytes now cost twice the tokens
+        loop.observe("a", KEY, 0, usage(20_000, 0), 0.1, judge=False)
+    assert loop.bytes_per_token("a") == pytest.approx(KEY.length / 20_000, rel=0.05)

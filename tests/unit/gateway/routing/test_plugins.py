@@ -81,10 +81,30 @@ def test_guard_never_empties_and_respects_weights() -> None:
 
 
 def test_bounded_share_uses_recent_assignments_above_its_floor() -> None:
-    candidates = [candidate("a", recent=60.0), candidate("b", recent=20.0), candidate("c", recent=20.0)]
+    busy = stats(waiting=2)  # loaded: the share bound applies (issue 16: only then)
+    candidates = [candidate(n, recent=r, stats=busy) for n, r in (("a", 60.0), ("b", 20.0), ("c", 20.0))]
     assert [c.name for c in BoundedShareFilter().filter(context(), candidates)] == ["b", "c"]
-    young = [candidate("a", recent=5.0), candidate("b", recent=0.0)]
+    young = [candidate("a", recent=5.0, stats=busy), candidate("b", recent=0.0, stats=busy)]
     assert [c.name for c in BoundedShareFilter().filter(context(), young)] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "capped"),
+    [
+        ({}, False),                                        # idle: affinity holds
+        ({"in_flight": 1}, False),                          # below busy_in_flight (2)
+        ({"in_flight": 2}, True),
+        ({"in_flight": 3, "weight": 2.0}, False),           # 1.5 per unit of weight
+        ({"stats": stats(waiting=0, kv_usage=0.5)}, False),
+        ({"stats": stats(waiting=1)}, True),                # the engine queues requests
+        ({"stats": stats(kv_usage=0.85)}, True),            # its KV cache is nearly full
+    ],
+)
+def test_bounded_share_caps_only_a_loaded_endpoint(fields: dict, capped: bool) -> None:
+    hot = candidate("hot", recent=60.0, **fields)
+    others = [candidate("b", recent=20.0), candidate("c", recent=20.0)]
+    kept = [c.name for c in BoundedShareFilter().filter(context(), [hot, *others])]
+    assert kept == (["b", "c"] if capped else ["hot", "b", "c"])
 
 
 def test_max_score_picker_ranks_and_breaks_ties_at_random() -> None:

@@ -112,12 +112,24 @@ async def test_stale_engine_stats_are_neutral() -> None:
     assert explained["ranked"] == ["b", "a"] and explained["endpoints"][0]["stale_stats"] is True
 
 
-async def test_bounded_share_spreads_a_hot_prefix_over_time() -> None:
+async def test_an_idle_cluster_keeps_a_shared_prefix_on_one_endpoint() -> None:
+    """Issue 16: 40 sequential requests sharing a system prompt went 10/10/10/10 over idle endpoints."""
     scheduler, *_ = build()
     group = [endpoint(f"e{i}") for i in range(4)]
     homes = [(await route(scheduler, group, LONG)).ranked[0].name for _ in range(40)]
+    assert len(set(homes)) == 1, {name: homes.count(name) for name in set(homes)}
+
+
+async def test_bounded_share_spreads_a_hot_prefix_over_loaded_endpoints() -> None:
+    scheduler, _, board, _, _, clock = build()
+    group = [endpoint(f"e{i}") for i in range(4)]
+    for e in group:  # every engine queues requests: the load is real
+        board.put(e.name, EngineStats("vllm", waiting=3, kv_usage=0.5), at=clock.now)
+    homes = [(await route(scheduler, group, LONG)).ranked[0].name for _ in range(40)]
     counts = {name: homes.count(name) for name in set(homes)}
     assert max(counts.values()) <= 1.25 * 40 / 4 + 1, counts
+    decision = await scheduler.schedule(group, chat(LONG))
+    assert all(row["loaded"] for row in decision.explain()["endpoints"])
 
 
 async def test_closed_loop_learns_from_reported_cached_tokens() -> None:
