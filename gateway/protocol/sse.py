@@ -130,11 +130,19 @@ class StreamObserver:
         for data in self._decoder.feed(chunk):
             self.observe_data(data)
 
-    def split(self, chunk: bytes) -> list[tuple[bytes, dict[str, Any] | None]]:
-        """Observe ``chunk`` and return its complete events: (raw bytes, parsed JSON object or None)."""
+    def split(self, chunk: bytes, *, every: bool = False) -> list[tuple[bytes, dict[str, Any] | None]]:
+        """Observe ``chunk`` and return its complete events: (raw bytes, parsed JSON object or None).
+
+        The parsed object is returned only for events with ``usage`` or ``error`` (None for the
+        others, which were observed all the same), unless ``every``: a read of a fast stream
+        holds thousands of events, and their dicts would cost ~1.5 KB each.
+        """
         events = []
         for raw, data in self._decoder.split(chunk):
-            events.append((raw, self.observe_data(data) if data is not None else None))
+            event = self.observe_data(data) if data is not None else None
+            if event is not None and not every and "usage" not in event and "error" not in event:
+                event = None
+            events.append((raw, event))
         return events
 
     def observe_data(self, data: bytes) -> dict[str, Any] | None:

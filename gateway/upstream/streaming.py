@@ -70,6 +70,7 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 log = logging.getLogger("kvgate.relay")
 
 MAX_HELD_BYTES = 64 * 1024  # a preamble longer than this is sent on: the stream is committed
+_STEP = 64 * 1024  # the relay by event splits, observes and sends a read this much at a time
 
 
 async def hold_preamble(
@@ -276,24 +277,32 @@ class StreamRelay:
     async def _pump_events(self, send: Send, source: Upstreamed) -> None:
         observer = self._observer
         chunk = source.first
-        events = source.first_events if source.first_events is not None else observer.split(chunk)
-        while chunk:
-            out = []
-            for raw, event in events:
-                if event is not None and event.get("error") is not None and self._resume is not None:
-                    message = str(event["error"].get("message") if isinstance(event["error"], dict) else event["error"])
-                    if out:  # content that came in the same read as the error is the client's
-                        await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
-                    raise _Broken("stream_error", f"in-band error: {message}", raw)
-                outgoing = self._outgoing(raw, event, source.strip_usage)
-                if outgoing is not None:
-                    out.append(outgoing)
-            if out:
-                await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+        if source.first_events is not None:  # the held preamble and the read that started the stream
+            first, source.first_events = source.first_events, None
+            await self._send_events(send, source, first)
             chunk = await self._next(source)
-            events = observer.split(chunk)
+        while chunk:
+            for start in range(0, len(chunk), _STEP):  # bounded work (and parsed events) per step
+                piece = chunk if len(chunk) <= _STEP else chunk[start : start + _STEP]
+                await self._send_events(send, source, observer.split(piece, every=self._rewriter is not None))
+            chunk = await self._next(source)
         if not observer.done and observer.error is None:
             raise _Broken("broken_stream", "closed the stream before it ended")
+
+    async def _send_events(self, send: Send, source: Upstreamed, events: list[tuple[bytes, dict[str, Any] | None]]) -> None:
+        out = []
+        for raw, event in events:
+            if event is not None and event.get("error") is not None and self._resume is not None:
+                message = str(event["error"].get("message") if isinstance(event["error"], dict) else event["error"])
+                if out:  # content that came in the same read as the error is the client's
+                    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                raise _Broken("stream_error", f"in-band error: {message}", raw)
+            outgoing = self._outgoing(raw, event, source.strip_usage)
+            if outgoing is not None:
+                out.append(outgoing)
+        events.clear()  # nothing parsed stays alive while the client is slow to read
+        if out:
+            await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
 
     def _outgoing(self, raw: bytes, event: dict[str, Any] | None, strip_usage: bool) -> bytes | None:
         """The bytes the client gets for one event (None: nothing)."""
