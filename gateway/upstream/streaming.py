@@ -343,7 +343,7 @@ class StreamRelay:
         self._source = resumed
         self._exchange.endpoint = resumed.endpoint.name
         self._exchange.continuations += 1
-        self._observer.collect = False  # later hops are relayed, not continued again from here
+        # the observer keeps collecting: if this hop breaks too, the next one goes on from all the text sent
         self._rewriter = ContinuationRewriter(
             self._observer.identity, self._observer.output_events, self._exchange.continuations, resumed.endpoint.name
         )

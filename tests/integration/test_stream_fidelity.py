@@ -36,13 +36,13 @@ CHAT = {"model": "m", "messages": MESSAGES, "stream": True}
 
 @pytest.fixture(scope="module")
 def upstreams() -> Iterator[dict[str, ScriptedUpstream]]:
-    servers = {name: ScriptedUpstream(name).start() for name in ("A", "B")}
+    servers = {name: ScriptedUpstream(name).start() for name in ("A", "B", "C")}
     yield servers
     for server in servers.values():
         server.stop()
 
 
-def _gateway(upstreams: dict[str, ScriptedUpstream], client: str = "native") -> ServerThread:
+def _gateway(upstreams: dict[str, ScriptedUpstream], client: str = "native", names: tuple[str, ...] = ("A", "B")) -> ServerThread:
     for server in upstreams.values():
         server.script([("counter", None)])
         server.usage_null = False
@@ -52,8 +52,7 @@ def _gateway(upstreams: dict[str, ScriptedUpstream], client: str = "native") -> 
             "upstream": {"client": client, "timeouts": {"first_byte_s": 2.0, "idle_s": 1.0, "total_s": 3.0}},
             "health": {"interval_s": 60},
             "circuit": {"consecutive_failures": 50, "cooldown_s": 30},
-            "clusters": {"main": {"endpoints": [{"name": "A", "url": upstreams["A"].base_url, "model": "m"},
-                                                {"name": "B", "url": upstreams["B"].base_url, "model": "m"}]}},
+            "clusters": {"main": {"endpoints": [{"name": name, "url": upstreams[name].base_url, "model": "m"} for name in names]}},
             "models": {"m": {"cluster": "main"}},
         }
     )
@@ -183,6 +182,20 @@ def test_a_break_before_any_text_restarts_on_the_next_endpoint(sdk: openai.OpenA
     _, restart = upstreams["B"].requests[-1]
     assert restart["messages"] == MESSAGES and restart["max_tokens"] == 20  # the original request, not a continuation
     assert "continue_final_message" not in restart
+
+
+def test_a_continuation_that_breaks_too_is_continued_from_all_the_text_sent(upstreams: dict[str, ScriptedUpstream]) -> None:
+    upstreams_abc = _gateway(upstreams, names=("A", "B", "C"))
+    try:
+        upstreams["A"].script([("counter", 3), ("reset",)])
+        upstreams["B"].script([("counter", 3), ("reset",)])  # continues from word 4, breaks after word 6
+        with openai.OpenAI(base_url=f"http://127.0.0.1:{upstreams_abc.port}/v1", api_key="unused", max_retries=0) as client:
+            text, _, _ = sdk_text(client, max_tokens=20)
+    finally:
+        upstreams_abc.stop()
+    assert text == FULL  # no text lost or repeated across two hops
+    _, last = upstreams["C"].requests[-1]
+    assert last["messages"][-1] == {"role": "assistant", "content": "".join(WORDS[:6])} and last["max_tokens"] == 14
 
 
 # --- item 7: a compressed answer is decoded, never relayed without its Content-Encoding ---------------
