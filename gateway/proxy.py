@@ -16,6 +16,8 @@ Flow of one inference request (ARCHITECTURE.md, "Flow of one chat request"):
 5. Nothing could be tried (every breaker open): 503 with ``Retry-After`` = seconds until the
    earliest endpoint may be tried again.
 
+The client's own API key never reaches an endpoint; each endpoint gets only its own credential.
+
 Streams: kvgate asks every endpoint for the stream's usage (``stream_options.include_usage``)
 even when the client did not, so that tokens, cost, TPM and budgets are always counted; the
 relay strips that usage before the client sees it. An endpoint that answers such a request
@@ -23,8 +25,6 @@ with a 400 naming ``stream_options`` is asked again at once without it, and is r
 process) as one never to ask; its streams are then counted by estimate (``StreamRelay``). A
 stream's preamble (comments, the role chunk) is held until content arrives (``hold_preamble``):
 a stream that fails before content fails over like one that sent nothing.
-
-The client's own API key never reaches an endpoint; each endpoint gets only its own credential.
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ from gateway.upstream.client import Upstream, UpstreamResponse
 from gateway.upstream.streaming import StreamRelay, Upstreamed, hold_preamble
 
 _RELAYED_HEADERS = ("retry-after",)
-_MAX_REMEMBERED = 4096  # endpoints remembered as refusing ``stream_options``
 
 
 @dataclass(slots=True)  # made per request, never changed: not frozen (a frozen __init__ costs ~5x)
@@ -309,7 +308,7 @@ class Proxy:
         except UpstreamClientError as error:
             if not (ask and error.status == 400 and "stream_options" in error.message):
                 raise
-            if len(self._refuses_usage) < _MAX_REMEMBERED:
+            if len(self._refuses_usage) < 4096:  # bounded: endpoints remembered as refusing it
                 self._refuses_usage.add(endpoint.name)
             ask = False
             source = await self._open_stream(endpoint, request, body_for(False), exchange, route, observer, by_event)
