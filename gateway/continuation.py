@@ -17,7 +17,14 @@ field ``kvgate_continuation = {"hop": n, "endpoint": name}`` (official SDKs igno
 the final usage counts the whole answer (``completion_tokens`` plus the tokens sent before,
 ``prompt_tokens`` minus them, since the continuation's prompt held them). Never continued: tool
 calls, JSON/structured outputs, ``n`` > 1, requests already using ``continue_final_message``,
-non-string prompts, and streams that carried reasoning (its text cannot be re-fed).
+non-string prompts, streams that carried reasoning (its text cannot be re-fed), and answers
+longer than ``MAX_COLLECTED_CHARS`` (256 Ki characters, ``gateway/protocol/sse.py``: the text a
+stream keeps for this is bounded).
+
+**Restart.** A stream that broke before any generated text, finish reason or usage reached the
+client (only comments or the role chunk did) is not continued but *restarted*: the next endpoint
+gets the original request (only the model name and the usage ask adapted), and its chunks are
+rewritten to the original identity the same way.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from gateway.protocol.openai import InferenceRequest, Operation
+from gateway.protocol.openai import InferenceRequest, Operation, usage_stream_options
 from gateway.protocol.sse import StreamObserver
 
 EXTENSION_FIELD = "kvgate_continuation"
@@ -49,16 +56,26 @@ def continuable(request: InferenceRequest) -> bool:
     return True
 
 
-def continuation_body(request: InferenceRequest, observer: StreamObserver, served_model: str) -> bytes | None:
+def continuation_body(
+    request: InferenceRequest, observer: StreamObserver, served_model: str, *, ask_usage: bool = False
+) -> bytes | None:
     """The request that continues the answer ``observer`` has seen so far, or None if impossible.
 
-    None when the stream carried reasoning, tool calls or several choices, when nothing was
-    generated yet (then it is a plain retry, not a continuation), or when no output budget is left.
+    None when the stream carried reasoning, tool calls or several choices, when a finish reason or
+    usage but no text was sent, or when no output budget is left. When nothing was generated yet
+    the answer is the original request (a restart, not a continuation). ``ask_usage``: ask for the
+    usage chunk (``usage_stream_options``) as the first attempt did for a client that did not.
     """
-    if observer.other_output or not observer.text:
+    if observer.other_output:
         return None
+    if not observer.text:
+        if observer.output_events or observer.finish_reasons or observer.usage is not None:
+            return None
+        return request.body_for(served_model, ask_usage=ask_usage)  # nothing generated: start afresh
     partial = "".join(observer.text)
     body: dict[str, Any] = {**request.body, "model": served_model}
+    if ask_usage:
+        body["stream_options"] = usage_stream_options(request.body)
     for key in ("max_tokens", "max_completion_tokens"):
         limit = body.get(key)
         if isinstance(limit, int):
@@ -82,7 +99,7 @@ class ContinuationRewriter:
         self._identity = {key: value for key, value in (identity or {}).items() if value is not None}
         self._tokens_before = tokens_before
         self._extension = {"hop": hop, "endpoint": endpoint}
-        self._started = False
+        self._started = identity is None  # the client saw no chunk yet: keep this stream's role chunk
 
     def rewrite(self, event: dict[str, Any]) -> bytes | None:
         """The SSE bytes to relay for ``event``, or None to drop it."""

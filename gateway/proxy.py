@@ -17,6 +17,14 @@ Flow of one inference request (ARCHITECTURE.md, "Flow of one chat request"):
    earliest endpoint may be tried again.
 
 The client's own API key never reaches an endpoint; each endpoint gets only its own credential.
+
+Streams: kvgate asks every endpoint for the stream's usage (``stream_options.include_usage``)
+even when the client did not, so that tokens, cost, TPM and budgets are always counted; the
+relay strips that usage before the client sees it. An endpoint that answers such a request
+with a 400 naming ``stream_options`` is asked again at once without it, and is remembered (per
+process) as one never to ask; its streams are then counted by estimate (``StreamRelay``). A
+stream's preamble (comments, the role chunk) is held until content arrives (``hold_preamble``):
+a stream that fails before content fails over like one that sent nothing.
 """
 
 from __future__ import annotations
@@ -43,13 +51,14 @@ from gateway.errors import (
 )
 from gateway.exchange import SUCCESS, Exchange
 from gateway.failover import Route
+from gateway.keys.limits import estimate_prompt_tokens
 from gateway.observability.metrics import GatewayMetrics
 from gateway.protocol.openai import InferenceRequest
 from gateway.protocol.sse import StreamObserver
 from gateway.routes.catalog import ModelCatalog
 from gateway.routing.scheduler import Decision, Scheduler
 from gateway.upstream.client import Upstream, UpstreamResponse
-from gateway.upstream.streaming import StreamRelay, Upstreamed
+from gateway.upstream.streaming import StreamRelay, Upstreamed, hold_preamble
 
 
 @dataclass(slots=True)  # made per request, never changed: not frozen (a frozen __init__ costs ~5x)
@@ -115,6 +124,7 @@ class Proxy:
         self._max_retry_after_s = max_retry_after_s
         self._max_cooldown_s = max_cooldown_s
         self._clock = clock
+        self._refuses_usage: set[str] = set()  # endpoints that answered 400 to ``stream_options``
 
     def route_for(self, request: InferenceRequest, failover_header: str | None, selected: Route | None = None) -> Route:
         """The effective route: ``selected`` (route selection's) or the model's, then ``X-Failover-Route``.
@@ -218,15 +228,19 @@ class Proxy:
         self._acquire(endpoint)
         handed_off = False
         try:
-            body = request.body_for(endpoint.spec.served_model)
+            served = endpoint.spec.served_model
             if request.stream:
                 observer = StreamObserver(self._clock, collect=continuable(request) and route.failover)
-                source = await self._open_stream(endpoint, request, body, exchange, route, observer)
+
+                def body_for(ask: bool) -> bytes:
+                    return request.body_for(served, ask_usage=ask)
+
+                source = await self._open_usage_stream(endpoint, request, body_for, exchange, route, observer, observer.collect)
                 decision.commit(endpoint)
                 relay = self._relay(source, observer, request, exchange, route, decision)
                 handed_off = True
                 return relay
-            reply = await self._buffered(endpoint, request, body, exchange, route)
+            reply = await self._buffered(endpoint, request, request.body_for(served), exchange, route)
 
             def after() -> None:
                 decision.commit(endpoint)
@@ -298,6 +312,34 @@ class Proxy:
         except UpstreamError as error:
             raise _Retry(_named(endpoint, error), "broken_body") from None
 
+    def _asks_usage(self, request: InferenceRequest, endpoint: Endpoint) -> bool:
+        return not request.wants_usage and endpoint.name not in self._refuses_usage
+
+    async def _open_usage_stream(
+        self,
+        endpoint: Endpoint,
+        request: InferenceRequest,
+        body_for: Callable[[bool], bytes],
+        exchange: Exchange,
+        route: Route,
+        observer: StreamObserver,
+        by_event: bool,
+    ) -> Upstreamed:
+        """:meth:`_open_stream` asking for usage the client did not ask for (``body_for(True)``);
+        once more without (``body_for(False)``) if the endpoint refuses ``stream_options``."""
+        ask = self._asks_usage(request, endpoint)
+        try:
+            source = await self._open_stream(endpoint, request, body_for(ask), exchange, route, observer, by_event or ask)
+        except UpstreamClientError as error:
+            if not (ask and error.status == 400 and "stream_options" in error.message):
+                raise
+            if len(self._refuses_usage) < 4096:  # bounded: endpoints remembered as refusing it
+                self._refuses_usage.add(endpoint.name)
+            ask = False
+            source = await self._open_stream(endpoint, request, body_for(False), exchange, route, observer, by_event)
+        source.strip_usage = ask
+        return source
+
     async def _open_stream(
         self,
         endpoint: Endpoint,
@@ -306,13 +348,15 @@ class Proxy:
         exchange: Exchange,
         route: Route,
         observer: StreamObserver,
+        by_event: bool,
     ) -> Upstreamed:
-        """Open a stream and wait for its first bytes; fail over if it is empty or opens with an error."""
+        """Open a stream and read it until content (holding its preamble, ``hold_preamble``); fail
+        over if it is empty, ends or breaks before content, or opens with an error."""
         response: UpstreamResponse | None = None
         try:
             with deadline(route.timeouts.first_byte_s):
                 response = await self._open(endpoint, request, body, exchange, route)
-                first = await response.next_chunk()
+                first, events, ended = await hold_preamble(response, observer, by_event=by_event)
         except TimeoutError:
             if response is not None:
                 response.close()
@@ -325,12 +369,10 @@ class Proxy:
             if response is not None:
                 response.close()
             raise
-        if not first:
+        if ended:  # nothing, or only comments and role chunks
             response.release()
-            raise _Retry(UpstreamError(f"Upstream endpoint '{endpoint.name}' sent an empty stream."), "empty_body")
-        events = observer.split(first) if observer.collect else None
-        if events is None:
-            observer.feed(first)
+            what = "an empty stream" if not first else "a stream that ended before any content"
+            raise _Retry(UpstreamError(f"Upstream endpoint '{endpoint.name}' sent {what}."), "empty_body")
         if observer.error is not None and observer.output_events == 0:
             response.close()
             message = str(observer.error.get("message") or "in-band error event")
@@ -357,6 +399,7 @@ class Proxy:
             on_failure=self._failed,
             idle_s=route.timeouts.idle_s,
             resume=resume if observer.collect else None,
+            prompt_tokens=estimate_prompt_tokens(len(request.raw)),
         )
 
     async def _resume(
@@ -372,13 +415,18 @@ class Proxy:
         for endpoint in decision.ranked:
             if endpoint.name in tried or not endpoint.breaker.allow():
                 continue
-            body = continuation_body(request, seen, endpoint.spec.served_model)
+            served, ask = endpoint.spec.served_model, self._asks_usage(request, endpoint)
+            body = continuation_body(request, seen, served, ask_usage=ask)
             if body is None:
                 return None
+
+            def body_for(asking: bool, served: str = served, body: bytes = body, ask: bool = ask) -> bytes:
+                return body if asking == ask else continuation_body(request, seen, served, ask_usage=asking) or b""
+
             self._acquire(endpoint)
             try:
                 scratch = StreamObserver(self._clock)
-                source = await self._open_stream(endpoint, request, body, exchange, route, scratch)
+                source = await self._open_usage_stream(endpoint, request, body_for, exchange, route, scratch, False)
             except (_Retry, UpstreamClientError) as failure:
                 self._release(endpoint)
                 if isinstance(failure, _Retry):
@@ -392,7 +440,7 @@ class Proxy:
                 endpoint.breaker.release_probe()
                 raise
             self._metrics.continuations.labels(exchange.cluster).inc()
-            return Upstreamed(source.endpoint, source.response, source.first, None)
+            return Upstreamed(source.endpoint, source.response, source.first, None, source.strip_usage)
         return None
 
 

@@ -13,9 +13,10 @@ the stream ends). It:
 3. queues the key's settlement (TPM correction, spend, usage record) on the :class:`KeyGate`;
 4. puts usage on the request's spans when tracing is on.
 
-A stream whose endpoint reports no ``usage`` (the client did not ask for
-``stream_options.include_usage``) has no token counts: it costs nothing here and only its TPM
-reservation (the prompt estimate) stays counted.
+Every stream asks its endpoint for ``usage`` (the proxy adds ``stream_options.include_usage``
+for a client that did not, and the relay strips it); a stream that still ends without it (an
+endpoint refusing ``stream_options``, a broken stream) carries an estimate marked
+``"estimated": true`` (``gateway/upstream/streaming.py``), priced like measured usage.
 """
 
 from __future__ import annotations

@@ -48,11 +48,37 @@ class InferenceRequest:
     body: dict[str, Any]
     raw: bytes
 
-    def body_for(self, served_model: str) -> bytes:
-        """The bytes to send to an endpoint serving ``served_model`` (original unless renamed)."""
-        if served_model == self.model:
+    @property
+    def wants_usage(self) -> bool:
+        """Whether the client asked for the stream's usage chunk (``stream_options.include_usage``)."""
+        options = self.body.get("stream_options")
+        return isinstance(options, dict) and options.get("include_usage") is True
+
+    def body_for(self, served_model: str, *, ask_usage: bool = False) -> bytes:
+        """The bytes to send to an endpoint serving ``served_model`` (original unless renamed).
+
+        ``ask_usage``: also ask for the stream's usage chunk (:func:`usage_stream_options`) for a
+        client that did not; the relay then strips that chunk before the client sees it. Without
+        a ``stream_options`` in the body and without a rename, the member is spliced in front of
+        the original bytes (they are not re-serialized).
+        """
+        if ask_usage and "stream_options" not in self.body and served_model == self.model:
+            start = self.raw.find(b"{") + 1
+            return self.raw[:start] + b'"stream_options":{"include_usage":true},' + self.raw[start:]
+        if served_model == self.model and not ask_usage:
             return self.raw
-        return orjson.dumps({**self.body, "model": served_model})
+        body = {**self.body, "model": served_model}
+        if ask_usage:
+            body["stream_options"] = usage_stream_options(self.body)
+        return orjson.dumps(body)
+
+
+def usage_stream_options(body: dict[str, Any]) -> dict[str, Any]:
+    """The client's ``stream_options`` with ``include_usage: true``; without vLLM's
+    ``continuous_usage_stats``, which would put usage in every chunk (the client asked for none)."""
+    options = body.get("stream_options")
+    kept = {k: v for k, v in options.items() if k != "continuous_usage_stats"} if isinstance(options, dict) else {}
+    return {**kept, "include_usage": True}
 
 
 def _invalid(message: str, param: str | None = None) -> InvalidRequestError:

@@ -9,7 +9,12 @@ across any number of reads, and one read may hold many events.
 :class:`StreamObserver` reads OpenAI chunks (``chat.completion.chunk`` / ``text_completion``) to
 learn the time of the first token (for TTFT), ``usage`` (the final chunk when
 ``stream_options.include_usage``), finish reasons, the ``[DONE]`` sentinel, and an in-band
-``{"error": ...}`` event, which vLLM sends with HTTP 200 when its engine dies mid-stream.
+``{"error": ...}`` event, which vLLM sends with HTTP 200 when its engine dies mid-stream. It also
+tells when the stream *started* (:attr:`StreamObserver.started`): the first event that is neither a
+comment (``: keep-alive``) nor a role-only chunk, so that the proxy can hold such a preamble and
+still fail over invisibly.
+
+:func:`without_usage` removes the usage kvgate asked for on behalf of a client that did not.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ import orjson
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _MAX_PENDING = 4 * 1024 * 1024
+MAX_COLLECTED_CHARS = 256 * 1024  # generated text kept for a continuation (~64k tokens); longer: not continued
+_COMPACT_EVERY = 256  # join the collected pieces this often (one str per token costs ~60 bytes)
+_USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null|"usage"\s*:\s*null\s*,?')
 
 
 class SSEDecoder:
@@ -85,7 +93,7 @@ class StreamObserver:
 
     __slots__ = (
         "_decoder", "_clock", "first_token_at", "usage", "finish_reasons", "error", "done", "events",
-        "collect", "text", "output_events", "identity", "other_output",
+        "collect", "text", "output_events", "identity", "other_output", "started", "_collected",
     )
 
     def __init__(self, clock: Callable[[], float], *, collect: bool = False) -> None:
@@ -95,7 +103,9 @@ class StreamObserver:
         self.text: list[str] = []
         self.output_events = 0  # events that carried generated output (about one token each)
         self.identity: dict[str, Any] | None = None  # id, created, model, object of the first chunk
-        self.other_output = False  # reasoning, tool calls or several choices: not continuable
+        self.other_output = False  # reasoning, tool calls, several choices or too long: not continuable
+        self._collected = 0  # characters in ``text``, at most MAX_COLLECTED_CHARS
+        self.started = False  # an event beyond comments and role-only chunks arrived
         self.first_token_at: float | None = None
         self.usage: dict[str, Any] | None = None
         self.finish_reasons: list[str] = []
@@ -120,24 +130,34 @@ class StreamObserver:
         for data in self._decoder.feed(chunk):
             self.observe_data(data)
 
-    def split(self, chunk: bytes) -> list[tuple[bytes, dict[str, Any] | None]]:
-        """Observe ``chunk`` and return its complete events: (raw bytes, parsed JSON object or None)."""
+    def split(self, chunk: bytes, *, every: bool = False) -> list[tuple[bytes, dict[str, Any] | None]]:
+        """Observe ``chunk`` and return its complete events: (raw bytes, parsed JSON object or None).
+
+        The parsed object is returned only for events with ``usage`` or ``error`` (None for the
+        others, which were observed all the same), unless ``every``: a read of a fast stream
+        holds thousands of events, and their dicts would cost ~1.5 KB each.
+        """
         events = []
         for raw, data in self._decoder.split(chunk):
-            events.append((raw, self.observe_data(data) if data is not None else None))
+            event = self.observe_data(data) if data is not None else None
+            if event is not None and not every and "usage" not in event and "error" not in event:
+                event = None
+            events.append((raw, event))
         return events
 
     def observe_data(self, data: bytes) -> dict[str, Any] | None:
         """Observe one event's data; return it parsed when it is a JSON object."""
         self.events += 1
         if data == b"[DONE]":
-            self.done = True
+            self.done = self.started = True
             return None
         try:
             event = orjson.loads(data)
         except orjson.JSONDecodeError:
+            self.started = True
             return None
         if not isinstance(event, dict):
+            self.started = True
             return None
         self._observe(event)
         return event
@@ -146,12 +166,15 @@ class StreamObserver:
         error = event.get("error")
         if error is not None:
             self.error = error if isinstance(error, dict) else {"message": str(error)}
+            self.started = True
             return
         usage = event.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
+            self.started = True
         choices = event.get("choices")
         if not isinstance(choices, list):
+            self.started = True  # not a completion chunk: whatever it is, it is not a preamble
             return
         if self.identity is None:
             self.identity = {key: event.get(key) for key in ("id", "created", "model", "object")}
@@ -159,6 +182,7 @@ class StreamObserver:
             if not isinstance(choice, dict):
                 continue
             if _has_output(choice):
+                self.started = True
                 self.output_events += 1
                 if self.first_token_at is None:
                     self.first_token_at = self._clock()
@@ -166,6 +190,7 @@ class StreamObserver:
                     self._collect(choice)
             reason = choice.get("finish_reason")
             if isinstance(reason, str):
+                self.started = True
                 self.finish_reasons.append(reason)
 
     def _collect(self, choice: dict[str, Any]) -> None:
@@ -178,8 +203,15 @@ class StreamObserver:
             content = delta.get("content")
         else:
             content = choice.get("text")
-        if isinstance(content, str):
+        if isinstance(content, str) and not self.other_output:
+            self._collected += len(content)
+            if self._collected > MAX_COLLECTED_CHARS:  # bounded memory: too long to continue
+                self.other_output = True
+                self.text = []
+                return
             self.text.append(content)
+            if len(self.text) >= _COMPACT_EVERY:
+                self.text = ["".join(self.text)]
 
 
 def _has_output(choice: dict[str, Any]) -> bool:
@@ -191,3 +223,24 @@ def _has_output(choice: dict[str, Any]) -> bool:
     return bool(
         delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls")
     )
+
+
+def without_usage(raw: bytes, event: dict[str, Any] | None) -> bytes | None:
+    """The event's bytes without the ``usage`` kvgate asked for; None to drop the event.
+
+    A usage-only chunk (``choices: []``) is dropped; a chunk that also carries choices loses its
+    ``usage`` member: ``"usage": null`` (OpenAI puts it in every chunk once usage is asked for) is
+    cut out of the bytes, so what remains is byte for byte what the endpoint sends a client that
+    did not ask; a non-null usage there is removed by re-serializing the event.
+    """
+    if event is None or "usage" not in event:
+        return raw
+    choices = event.get("choices")
+    if isinstance(choices, list) and not choices:
+        return None
+    if event["usage"] is None:
+        cut, found = _USAGE_NULL.subn(b"", raw)
+        if found == 1:  # only the top-level member can be it (JSON strings escape their quotes)
+            return cut
+    rest = {key: value for key, value in event.items() if key != "usage"}
+    return b"data: " + orjson.dumps(rest) + b"\n\n"

@@ -22,6 +22,7 @@ import aiohttp
 
 from gateway.errors import UpstreamError, UpstreamTimeoutError
 from gateway.settings import UpstreamSettings
+from gateway.upstream.decoding import decoded
 
 
 class UpstreamResponse(Protocol):
@@ -144,7 +145,7 @@ class AiohttpUpstream:
             response = await self._session.post(url, data=body, headers=headers, timeout=timeout)
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:
             raise _translate(error, url) from None
-        return _AiohttpResponse(response, url)
+        return decoded(_AiohttpResponse(response, url))  # a compressed answer is decoded
 
     async def probe(self, url: str, timeout_s: float) -> int:
         try:

@@ -32,6 +32,7 @@ Semantics (those of :class:`~gateway.upstream.client.Upstream`):
 * Flow control: a stream whose reader falls behind by more than 256 KiB pauses reading from the
   endpoint (TCP back-pressure) until the reader catches up.
 * ``https://`` endpoints use TLS with the system's CA store (``ssl.create_default_context``).
+* A compressed answer (``Content-Encoding``) is decoded as it arrives (``gateway/upstream/decoding.py``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ import httptools
 from gateway.deadlines import deadline
 from gateway.errors import UpstreamError, UpstreamTimeoutError
 from gateway.settings import UpstreamSettings
+from gateway.upstream.client import UpstreamResponse
+from gateway.upstream.decoding import decoded
 
 _HIGH_WATER = 256 * 1024  # bytes buffered for a slow reader before reading from the endpoint pauses
 _BROKEN = "connection closed before the response body was complete"
@@ -454,8 +457,8 @@ class NativeUpstream:
             raise
         return _Response(conn)
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str], connect_timeout_s: float) -> _Response:
-        return await self._request(b"POST", url, body, headers, connect_timeout_s)
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], connect_timeout_s: float) -> UpstreamResponse:
+        return decoded(await self._request(b"POST", url, body, headers, connect_timeout_s))
 
     async def probe(self, url: str, timeout_s: float) -> int:
         response: _Response | None = None

@@ -8,10 +8,29 @@ Two relay modes:
 * **raw** (the default): each upstream read is sent to the client as it came (no re-framing)
   and fed to a :class:`~gateway.protocol.sse.StreamObserver` that only watches (TTFT, usage,
   finish reasons, ``[DONE]``, in-band errors).
-* **by event**, for streams that may be continued elsewhere (see ``gateway/continuation.py``):
-  the bytes of each complete SSE event are sent unchanged as soon as the event is complete, so
-  that an in-band ``{"error": ...}`` event can be held back and the answer finished on another
-  endpoint, with the client seeing one stream.
+* **by event**, for streams that may be continued elsewhere (see ``gateway/continuation.py``)
+  and streams whose usage kvgate asked for on a client's behalf: the bytes of each complete SSE
+  event are sent unchanged as soon as the event is complete, so that an in-band
+  ``{"error": ...}`` event can be held back and the answer finished on another endpoint, with the
+  client seeing one stream, and the usage the client did not ask for is cut out
+  (:func:`~gateway.protocol.sse.without_usage`): the client's bytes are those the endpoint
+  sends a client that did not ask, ``[DONE]`` included.
+
+**The preamble is held** (:func:`hold_preamble`): before the relay starts, the proxy reads until
+the first event that is more than an SSE comment or a role-only chunk (content, a finish reason,
+usage, an error, ``[DONE]``), at most ``MAX_HELD_BYTES``; nothing is sent to the client before,
+so a stream that fails during its preamble fails over invisibly.
+
+**Usage.** When a stream ends without ``usage`` (an endpoint that does not take
+``stream_options``, or a stream that broke), the exchange is given an estimate instead, marked
+``"estimated": true``: the prompt tokens the proxy estimated (4 bytes per token, as TPM
+reservations do) and one completion token per output event (as vLLM streams them).
+
+**Memory per stream** (a client that reads nothing): the client's socket and transport buffers
+fill, then ``send`` waits (uvicorn's flow control), the relay stops reading, and the endpoint's
+connection pauses at 256 KiB (``gateway/upstream/native.py``). What a stream holds beyond that
+is bounded: the held preamble (64 KiB), one partial SSE event (4 MiB, ``gateway/protocol/sse.py``)
+and the text kept for a continuation (256 Ki characters, then the stream is no longer continued).
 
 Every gap between two chunks is bounded by the route's ``idle_s``. While relaying, a second task
 waits for the client's ``http.disconnect``; a disconnect aborts the upstream request (the
@@ -41,7 +60,7 @@ from gateway.deadlines import deadline
 from gateway.endpoints.model import Endpoint
 from gateway.errors import GatewayError
 from gateway.exchange import CANCELLED, SUCCESS, UPSTREAM_ERROR, Exchange
-from gateway.protocol.sse import StreamObserver
+from gateway.protocol.sse import StreamObserver, without_usage
 from gateway.upstream.client import UpstreamResponse
 
 Scope = MutableMapping[str, Any]
@@ -49,6 +68,35 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 log = logging.getLogger("kvgate.relay")
+
+MAX_HELD_BYTES = 64 * 1024  # a preamble longer than this is sent on: the stream is committed
+_STEP = 64 * 1024  # the relay by event splits, observes and sends a read this much at a time
+
+
+async def hold_preamble(
+    response: UpstreamResponse, observer: StreamObserver, *, by_event: bool
+) -> tuple[bytes, list[tuple[bytes, dict[str, Any] | None]] | None, bool]:
+    """Read a new stream until it has *started* (``StreamObserver.started``): past its comments
+    and role-only chunks, which are held; at most ``MAX_HELD_BYTES`` are held.
+
+    Returns (the bytes read, their events when ``by_event`` else None, whether the body ended).
+    Every read is observed once. The caller bounds the time (``first_byte_s``) and maps errors.
+    """
+    held: list[bytes] = []
+    events: list[tuple[bytes, dict[str, Any] | None]] | None = [] if by_event else None
+    size = 0
+    while True:
+        chunk = await response.next_chunk()
+        if not chunk:
+            return b"".join(held), events, True
+        held.append(chunk)
+        size += len(chunk)
+        if events is not None:
+            events.extend(observer.split(chunk))
+        else:
+            observer.feed(chunk)
+        if observer.started or size > MAX_HELD_BYTES:
+            return (held[0] if len(held) == 1 else b"".join(held)), events, False
 
 
 async def wait_for_disconnect(receive: Receive) -> None:
@@ -105,6 +153,7 @@ class Upstreamed:
     response: UpstreamResponse
     first: bytes
     first_events: list[tuple[bytes, dict[str, Any] | None]] | None = None  # already observed
+    strip_usage: bool = False  # kvgate asked this endpoint for usage the client did not ask for
 
 
 Resume = Callable[[StreamObserver, set[str]], Awaitable[Upstreamed | None]]
@@ -132,6 +181,7 @@ class StreamRelay:
         on_failure: Callable[[Endpoint, str, str], None],
         idle_s: float,
         resume: Resume | None = None,
+        prompt_tokens: int = 0,
     ) -> None:
         self._source: Upstreamed | None = source
         self._observer = observer
@@ -142,6 +192,7 @@ class StreamRelay:
         self._resume = resume
         self._tried: set[str] = {source.endpoint.name}
         self._rewriter: ContinuationRewriter | None = None
+        self._prompt_tokens = prompt_tokens  # estimated, for when the endpoint reports no usage
         self.headers: list[tuple[bytes, bytes]] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -169,7 +220,7 @@ class StreamRelay:
             source.response.close()
             source.endpoint.breaker.release_probe()
             self._on_release(source.endpoint)
-            self._exchange.finish(CANCELLED)
+            self._exchange.finish(CANCELLED, usage=self._usage())
 
     def _take(self) -> Upstreamed | None:
         source, self._source = self._source, None
@@ -190,14 +241,15 @@ class StreamRelay:
             source = self._source
             assert source is not None
             try:
-                await (self._pump_events(send, source) if self._resume else self._pump_raw(send, source))
+                by_event = self._resume is not None or source.strip_usage
+                await (self._pump_events(send, source) if by_event else self._pump_raw(send, source))
             except _Broken as broken:
                 self._fail(source, broken)
                 if await self._continue():
                     continue
                 closing = broken.raw if broken.raw is not None else self._error_event(broken.message)
                 await send({"type": "http.response.body", "body": closing, "more_body": False})
-                self._exchange.finish(UPSTREAM_ERROR, usage=self._observer.usage)
+                self._exchange.finish(UPSTREAM_ERROR, usage=self._usage())
                 return
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             self._finish(source)
@@ -225,27 +277,54 @@ class StreamRelay:
     async def _pump_events(self, send: Send, source: Upstreamed) -> None:
         observer = self._observer
         chunk = source.first
-        events = source.first_events if source.first_events is not None else observer.split(chunk)
-        while chunk:
-            out = []
-            for raw, event in events:
-                if event is not None and event.get("error") is not None and observer.output_events:
-                    message = str(event["error"].get("message") if isinstance(event["error"], dict) else event["error"])
-                    if out:  # content that came in the same read as the error is the client's
-                        await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
-                    raise _Broken("stream_error", f"in-band error: {message}", raw)
-                if self._rewriter is not None and event is not None:
-                    rewritten = self._rewriter.rewrite(event)
-                    if rewritten is not None:
-                        out.append(rewritten)
-                else:
-                    out.append(raw)
-            if out:
-                await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+        if source.first_events is not None:  # the held preamble and the read that started the stream
+            first, source.first_events = source.first_events, None
+            await self._send_events(send, source, first)
             chunk = await self._next(source)
-            events = observer.split(chunk)
+        while chunk:
+            for start in range(0, len(chunk), _STEP):  # bounded work (and parsed events) per step
+                piece = chunk if len(chunk) <= _STEP else chunk[start : start + _STEP]
+                await self._send_events(send, source, observer.split(piece, every=self._rewriter is not None))
+            chunk = await self._next(source)
         if not observer.done and observer.error is None:
             raise _Broken("broken_stream", "closed the stream before it ended")
+
+    async def _send_events(self, send: Send, source: Upstreamed, events: list[tuple[bytes, dict[str, Any] | None]]) -> None:
+        out = []
+        for raw, event in events:
+            if event is not None and event.get("error") is not None and self._resume is not None:
+                message = str(event["error"].get("message") if isinstance(event["error"], dict) else event["error"])
+                if out:  # content that came in the same read as the error is the client's
+                    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                raise _Broken("stream_error", f"in-band error: {message}", raw)
+            outgoing = self._outgoing(raw, event, source.strip_usage)
+            if outgoing is not None:
+                out.append(outgoing)
+        events.clear()  # nothing parsed stays alive while the client is slow to read
+        if out:
+            await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+
+    def _outgoing(self, raw: bytes, event: dict[str, Any] | None, strip_usage: bool) -> bytes | None:
+        """The bytes the client gets for one event (None: nothing)."""
+        if strip_usage and event is not None and "usage" in event:
+            if self._rewriter is None:
+                return without_usage(raw, event)
+            choices = event.get("choices")
+            if isinstance(choices, list) and not choices:
+                return None
+            event = {key: value for key, value in event.items() if key != "usage"}
+        if self._rewriter is not None and event is not None:
+            return self._rewriter.rewrite(event)
+        return raw
+
+    def _usage(self) -> dict[str, Any] | None:
+        """The stream's usage, or an estimate marked ``"estimated": true`` (module doc)."""
+        usage = self._observer.usage
+        if usage is not None:
+            return usage
+        prompt = self._prompt_tokens
+        completion = self._observer.output_events
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion, "estimated": True}
 
     def _fail(self, source: Upstreamed, broken: _Broken) -> None:
         self._take()
@@ -264,7 +343,7 @@ class StreamRelay:
         self._source = resumed
         self._exchange.endpoint = resumed.endpoint.name
         self._exchange.continuations += 1
-        self._observer.collect = False  # later hops are relayed, not continued again from here
+        # the observer keeps collecting: if this hop breaks too, the next one goes on from all the text sent
         self._rewriter = ContinuationRewriter(
             self._observer.identity, self._observer.output_events, self._exchange.continuations, resumed.endpoint.name
         )
@@ -277,13 +356,13 @@ class StreamRelay:
         if observer.error is not None:
             self._on_failure(source.endpoint, "stream_error", str(observer.error.get("message")))
             self._on_release(source.endpoint)
-            self._exchange.finish(UPSTREAM_ERROR, usage=observer.usage)
+            self._exchange.finish(UPSTREAM_ERROR, usage=self._usage())
             return
         source.endpoint.record_success()
         if self._exchange.decision is not None:
-            self._exchange.decision.observe(source.endpoint, observer.usage)
+            self._exchange.decision.observe(source.endpoint, observer.usage)  # measured usage only
         self._on_release(source.endpoint)
-        self._exchange.finish(SUCCESS, usage=observer.usage, first_token_at=observer.first_token_at)
+        self._exchange.finish(SUCCESS, usage=self._usage(), first_token_at=observer.first_token_at)
 
     def _error_event(self, message: str) -> bytes:
         text = f"Upstream endpoint failed mid-stream: {message}."

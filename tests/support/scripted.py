@@ -16,7 +16,15 @@ last script repeats when the queue runs dry). Steps:
     ("counter", n_before_fault)         an SSE answer counting " one two ... ten"; continues from
                                         a partial assistant message / prompt if the request asks
                                         to (vLLM's continue_final_message); stops after
-                                        ``n_before_fault`` words if given (then the next steps run)
+                                        ``n_before_fault`` words if given (then the next steps run);
+                                        its usage chunk only if ``stream_options.include_usage``
+                                        (as vLLM), and ``"usage": null`` in every other chunk then
+                                        if ``usage_null`` is set (as OpenAI)
+    ("refuse_stream_options",)          a 400 naming ``stream_options`` if the request has it
+                                        (as some managed providers); otherwise the next steps run
+    ("gzip_json", status, payload)      a JSON answer compressed with gzip (``Content-Encoding``)
+    ("gzip_counter",)                   the counter's SSE answer, each event gzip-compressed and
+                                        flushed (``Z_SYNC_FLUSH``), as a compressing proxy sends it
 
 Every request is recorded as ``(headers: dict, body: dict)`` in ``requests``.
 """
@@ -28,6 +36,7 @@ import contextlib
 import socket
 import struct
 import threading
+import zlib
 from collections import deque
 from typing import Any
 
@@ -70,6 +79,7 @@ class ScriptedUpstream:
         self.scripts: deque[list[tuple[Any, ...]]] = deque([[("counter", None)]])
         self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []
         self.port = 0
+        self.usage_null = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
         self._ready = threading.Event()
@@ -162,6 +172,26 @@ class ScriptedUpstream:
                 return False
             elif kind == "counter":
                 await self._counter(writer, body, step[1])
+            elif kind == "refuse_stream_options" and "stream_options" in body:
+                error = {"error": {"message": "Unrecognized request argument supplied: stream_options",
+                                   "type": "invalid_request_error", "param": "stream_options", "code": None}}
+                await self._run([("json", 400, error)], body, writer)
+                return True
+            elif kind == "gzip_json":
+                payload = zlib.compress(orjson.dumps(step[2]), wbits=31)
+                writer.write(f"HTTP/1.1 {step[1]} X\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+                             f"content-length: {len(payload)}\r\n\r\n".encode() + payload)
+                await writer.drain()
+            elif kind == "gzip_counter":
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
+                             b"transfer-encoding: chunked\r\n\r\n")
+                gzip = zlib.compressobj(wbits=31)
+                for event in self.counter_events(body):
+                    _write_chunk(writer, gzip.compress(event) + gzip.flush(zlib.Z_SYNC_FLUSH))
+                    await writer.drain()
+                _write_chunk(writer, gzip.flush())
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
             elif kind == "json":
                 payload = orjson.dumps(step[2])
                 writer.write(f"HTTP/1.1 {step[1]} X\r\ncontent-type: application/json\r\ncontent-length: {len(payload)}\r\n".encode())
@@ -186,21 +216,35 @@ class ScriptedUpstream:
             await writer.drain()
             return
         await _status(writer, 200, stream=True)
-        if not text:
-            _write_chunk(writer, chunk_event(role=True))
-        for index, word in enumerate(WORDS[done:]):
-            if stop_after is not None and index >= stop_after:
+        events = self.counter_events(body)
+        for index, event in enumerate(events):
+            if stop_after is not None and index >= stop_after + (0 if text else 1):
                 await writer.drain()
                 return
-            _write_chunk(writer, chunk_event(word, text=text))
+            _write_chunk(writer, event)
             await writer.drain()
-            await asyncio.sleep(0.001)
-        _write_chunk(writer, chunk_event(finish="stop", text=text))
-        usage = {"prompt_tokens": 5 + done, "completion_tokens": len(WORDS) - done, "total_tokens": 15}
-        _write_chunk(writer, sse({"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 42, "model": "m", "choices": [], "usage": usage}))
-        _write_chunk(writer, b"data: [DONE]\n\n")
+            if index < len(events) - 3:
+                await asyncio.sleep(0.001)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
+
+    def counter_events(self, body: dict[str, Any]) -> list[bytes]:
+        """The SSE events of the counter's streamed answer to ``body`` (see the module doc)."""
+        text = "prompt" in body
+        partial = body["prompt"].split("|", 1)[1] if text and "|" in body["prompt"] else ""
+        if body.get("continue_final_message"):
+            partial = body["messages"][-1]["content"]
+        done = sum(1 for word in WORDS if word in partial)
+        usage_asked = bool((body.get("stream_options") or {}).get("include_usage"))
+        events = [] if text else [chunk_event(role=True)]
+        events += [chunk_event(word, text=text) for word in WORDS[done:]]
+        events.append(chunk_event(finish="stop", text=text))
+        if usage_asked and self.usage_null:
+            events = [event[:-3] + b',"usage":null}\n\n' for event in events]
+        if usage_asked:
+            usage = {"prompt_tokens": 5 + done, "completion_tokens": len(WORDS) - done, "total_tokens": 15}
+            events.append(sse({"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 42, "model": "m", "choices": [], "usage": usage}))
+        return [*events, b"data: [DONE]\n\n"]
 
 
 async def _status(writer: asyncio.StreamWriter, status: int, stream: bool) -> None:

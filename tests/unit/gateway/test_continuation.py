@@ -63,9 +63,35 @@ def test_completion_continuation_appends_to_the_prompt() -> None:
     assert orjson.loads(continuation_body(request, observer, "m") or b"")["prompt"] == "Once upon"
 
 
+def finished_without_text() -> StreamObserver:
+    observer = observed()
+    observer.feed(b'data: {"id":"a","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n')
+    return observer
+
+
+def test_nothing_generated_is_a_restart_with_the_original_request() -> None:
+    """Issue 16 item 3 (behaviour change): with nothing generated the stream is restarted, not given up."""
+    request = parse_request(Operation.CHAT, chat(max_tokens=10))
+    assert continuation_body(request, observed(), "m") == request.raw
+    restart = orjson.loads(continuation_body(request, observed(), "served", ask_usage=True) or b"")
+    assert restart == {**orjson.loads(request.raw), "model": "served", "stream_options": {"include_usage": True}}
+
+
+def test_a_continuation_asks_for_usage_when_told() -> None:
+    request = parse_request(Operation.CHAT, chat(stream_options={"continuous_usage_stats": True}))
+    body = orjson.loads(continuation_body(request, observed("One"), "m", ask_usage=True) or b"")
+    assert body["stream_options"] == {"include_usage": True}
+
+
+def test_a_long_answer_is_not_kept_for_a_continuation() -> None:
+    observer = observed(*["x" * 1024] * 300)  # 300 Ki characters > MAX_COLLECTED_CHARS
+    assert observer.other_output and observer.text == []
+    assert continuation_body(parse_request(Operation.CHAT, chat()), observer, "m") is None
+
+
 @pytest.mark.parametrize(
     "observer, limit",
-    [(observed(), None), (observed("a", reasoning=True), None), (observed("a", "b"), 2)],
+    [(finished_without_text(), None), (observed("a", reasoning=True), None), (observed("a", "b"), 2)],
 )
 def test_no_continuation(observer: StreamObserver, limit: int | None) -> None:
     extra = {"max_tokens": limit} if limit else {}

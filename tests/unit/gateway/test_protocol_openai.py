@@ -61,3 +61,27 @@ def test_body_forwarded_byte_for_byte_unless_renamed() -> None:
     assert request.body_for("m") is raw
     renamed = orjson.loads(request.body_for("served"))
     assert renamed == {**orjson.loads(raw), "model": "served"}
+
+
+@pytest.mark.parametrize(
+    "raw, served, expected_options",
+    [
+        (b' {"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}', "m", {"include_usage": True}),
+        (b'{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}', "served", {"include_usage": True}),
+        (b'{"model":"m","messages":[{"role":"user"}],"stream":true,"stream_options":{"include_usage":false}}', "m",
+         {"include_usage": True}),
+        (b'{"model":"m","messages":[{"role":"user"}],"stream":true,"stream_options":{"continuous_usage_stats":true}}', "m",
+         {"include_usage": True}),
+    ],
+)
+def test_body_asking_for_usage(raw: bytes, served: str, expected_options: dict) -> None:
+    request = parse_request(CHAT, raw)
+    assert not request.wants_usage
+    sent = orjson.loads(request.body_for(served, ask_usage=True))
+    assert sent == {**orjson.loads(raw), "model": served, "stream_options": expected_options}
+
+
+def test_a_client_asking_for_usage_is_forwarded_untouched() -> None:
+    raw = b'{"model":"m","messages":[{"role":"user"}],"stream":true,"stream_options":{"include_usage":true}}'
+    request = parse_request(CHAT, raw)
+    assert request.wants_usage and request.body_for("m") is raw

@@ -1,8 +1,9 @@
 import itertools
 
+import orjson
 import pytest
 
-from gateway.protocol.sse import SSEDecoder, StreamObserver
+from gateway.protocol.sse import SSEDecoder, StreamObserver, without_usage
 
 STREAM = (
     b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
@@ -72,3 +73,48 @@ def test_partial_event_is_reported() -> None:
     observer = StreamObserver(lambda: 0.0)
     observer.feed(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: {"cho')
     assert observer.has_partial_event
+
+
+@pytest.mark.parametrize(
+    "events, started",
+    [
+        ([b": keep-alive\n\n"], False),
+        ([b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'], False),
+        ([b'data: {"choices":[]}\n\n'], False),
+        ([b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'], True),
+        ([b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'], True),
+        ([b'data: {"choices":[],"usage":{"prompt_tokens":1}}\n\n'], True),
+        ([b'data: {"error":{"message":"x"}}\n\n'], True),
+        ([b"data: [DONE]\n\n"], True),
+        ([b"data: not json\n\n"], True),
+        ([b'data: {"type":"ping"}\n\n'], True),
+    ],
+)
+def test_a_stream_starts_past_its_comments_and_role_chunks(events: list[bytes], started: bool) -> None:
+    observer = StreamObserver(lambda: 0.0)
+    for event in events:
+        observer.feed(event)
+    assert observer.started is started
+
+
+CHUNK = b'{"id":"c","choices":[{"index":0,"delta":{"content":"a"}}]'
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (b"data: " + CHUNK + b"}\n\n", b"data: " + CHUNK + b"}\n\n"),  # no usage: untouched
+        (b"data: " + CHUNK + b',"usage":null}\n\n', b"data: " + CHUNK + b"}\n\n"),  # OpenAI's framing
+        (b'data: {"usage":null,' + CHUNK[1:] + b"}\n\n", b"data: " + CHUNK + b"}\n\n"),
+        (b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":5}}\n\n', None),  # the usage chunk: dropped
+        (b"data: " + CHUNK + b',"usage":{"prompt_tokens":5}}\n\n', b"data: " + CHUNK + b"}\n\n"),  # re-serialized
+    ],
+)
+def test_without_usage(raw: bytes, expected: bytes | None) -> None:
+    assert without_usage(raw, orjson.loads(raw[6:])) == expected
+
+
+def test_without_usage_never_touches_a_usage_inside_a_string() -> None:
+    raw = b'data: {"choices":[{"index":0,"delta":{"content":"{\\"usage\\":null}"}}],"usage":null}\n\n'
+    out = without_usage(raw, orjson.loads(raw[6:]))
+    assert out is not None and orjson.loads(out[6:]) == {"choices": [{"index": 0, "delta": {"content": '{"usage":null}'}}]}
