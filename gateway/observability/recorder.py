@@ -14,8 +14,9 @@ the stream ends). It:
 4. puts usage on the request's spans when tracing is on.
 
 A stream whose endpoint reports no ``usage`` (the client did not ask for
-``stream_options.include_usage``) has no token counts: it costs nothing here and only its TPM
-reservation (the prompt estimate) stays counted.
+``stream_options.include_usage``, or left before the end) has no token counts: it costs nothing
+in the metrics here, and its key keeps the admission's reservation (estimated tokens and cost,
+``gateway/keys/limits.py``) as its charge.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from gateway.keys.pricing import Pricing, TokenUsage, cost_usd
 from gateway.observability.metrics import GatewayMetrics
 
 _ERROR_OUTCOMES = frozenset({"client_error", "upstream_error"})
+_SERVED_OUTCOMES = frozenset({"success", "cancelled"})  # without usage: the reservation is the charge
 
 
 class ExchangeRecorder:
@@ -54,7 +56,8 @@ class ExchangeRecorder:
         if outcome == "success":
             self._latencies(exchange, tokens)
         if exchange.admission is not None:
-            self._gate.settle(exchange.admission, model, cluster, outcome == "success", tokens, cost)
+            served = tokens is None and outcome in _SERVED_OUTCOMES and (getattr(exchange, "attempts", 0) or 0) > 0
+            self._gate.settle(exchange.admission, model, cluster, outcome == "success", tokens, cost, charge_estimate=served)
         trace = exchange.trace
         if trace is not None:
             trace.finish(exchange, tokens, cost)
