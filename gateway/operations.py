@@ -89,7 +89,7 @@ class Operations:
         else:
             quota_store, admin_store = MemoryQuotaStore(), MemoryAdminStore()
         self.gate = KeyGate(
-            KeyTable(config_keys(settings.auth)),
+            KeyTable(config_keys(settings.auth), required=settings.auth.required),
             quota_store,
             on_store_error=settings.quotas.on_store_error,
             store_errors=errors,
