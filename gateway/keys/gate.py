@@ -102,6 +102,7 @@ class KeyGate:
         self._queue_size = queue_size
         self._wakeup: asyncio.Future[None] | None = None  # the writer's, while it waits for work
         self._store_down = False  # log the first failure and the recovery, not every request
+        self._lost = 0  # settlements lost since the store last took a batch
 
     def now(self) -> float:
         """Unix time from the injected wall clock (quota windows, usage days)."""
@@ -224,7 +225,13 @@ class KeyGate:
             await self.store.settle(batch)
         except StateStoreError as error:
             self._store_errors("usage_settle")
-            log.warning("usage records lost (%d): %s", len(batch), error.message)
+            if not self._lost:  # one line per outage, not one per batch (per request at low traffic)
+                log.warning("usage records lost (%d so far; counted, logged again on recovery): %s", len(batch), error.message)
+            self._lost += len(batch)
+            return
+        if self._lost:
+            log.info("usage settlement recovered; %d usage records were lost during the outage", self._lost)
+            self._lost = 0
 
     def _take(self, batch: list[Settlement]) -> list[Settlement]:
         queue = self._queue
