@@ -89,12 +89,13 @@ class Operations:
         else:
             quota_store, admin_store = MemoryQuotaStore(), MemoryAdminStore()
         self.gate = KeyGate(
-            KeyTable(config_keys(settings.auth)),
+            KeyTable(config_keys(settings.auth), required=settings.auth.required),
             quota_store,
             on_store_error=settings.quotas.on_store_error,
             store_errors=errors,
             quota_refusals=lambda key, limit: metrics.quota_refusals.labels(key.name, limit).inc(),
             wall_clock=wall_clock,
+            reachable=catalog.clusters_of,
         )
         self.runtime = Runtime(
             settings=settings,

@@ -8,7 +8,11 @@ Flow of one inference request (ARCHITECTURE.md, "Flow of one chat request"):
    skip endpoints whose circuit breaker refuses; open the request; before the first byte
    reaches the client, a connection failure, a timeout, a 5xx/408/429, an empty body or an
    in-band error as the first stream event moves on (``gateway/failover.py``). An endpoint's
-   other 4xx is the client's fault: relayed at once, never retried, never counted.
+   other 4xx is the client's fault: relayed at once, never retried, never counted. A 5xx whose
+   status and error message repeat what the previous endpoint answered to the same body is
+   taken as caused by the request itself (an engine that fails on this input): the attempts
+   stop there, and only the first of them counts against a breaker, so one client's bad input
+   cannot open every breaker of a cluster.
 4. Hand the open response over: a complete :class:`BufferedReply`, or a
    :class:`~gateway.upstream.streaming.StreamRelay` that owns the in-flight slot until the
    stream ends or the client leaves, and may continue a broken plain-text stream on another
@@ -86,12 +90,16 @@ class BufferedReply:
 class _Retry(Exception):
     """This attempt failed before anything reached the client; try the next endpoint."""
 
-    def __init__(self, error: GatewayError, reason: str, wait_s: float = 0.0, cool_s: float = 0.0) -> None:
+    def __init__(
+        self, error: GatewayError, reason: str, wait_s: float = 0.0, cool_s: float = 0.0,
+        echo: tuple[int, str] | None = None,
+    ) -> None:
         super().__init__(error.message)
         self.error = error
         self.reason = reason
         self.wait_s = wait_s
         self.cool_s = cool_s  # > 0: a 429's Retry-After; the endpoint cools, no failure is counted
+        self.echo = echo  # a 5xx's (status, error message): the same from the next endpoint stops the attempts
 
 
 def _named(endpoint: Endpoint, error: GatewayError) -> GatewayError:
@@ -145,6 +153,7 @@ class Proxy:
         exchange.route, exchange.cluster = route.name, route.clusters[0]
         budget = self._max_attempts if route.failover else 1
         last: GatewayError | None = None
+        echo: tuple[int, str] | None = None
         retry_at: list[float] = []
         wait_s = 0.0  # a Retry-After to honour before the next attempt, if one is made
         for cluster in route.clusters:
@@ -176,8 +185,12 @@ class Proxy:
                 try:
                     return await self._attempt(endpoint, request, exchange, route, decision)
                 except _Retry as retry:
+                    if retry.echo is not None and retry.echo == echo:  # the body, not the endpoints
+                        endpoint.breaker.release_probe()
+                        self._metrics.upstream_failures.labels(endpoint.name, "repeated_" + retry.reason).inc()
+                        raise retry.error from None
                     self._retried(endpoint, retry)
-                    last = retry.error
+                    last, echo = retry.error, retry.echo
                     wait_s = retry.wait_s
             if budget == 0:
                 break
@@ -282,7 +295,8 @@ class Proxy:
         reason = error_message_of(raw, response.status, relay_text=False)  # never an HTML page or a Traceback
         message = f"Upstream endpoint '{endpoint.name}' returned HTTP {response.status}: {reason}"
         error_class = UpstreamTimeoutError if response.status in (408, 504) else UpstreamError
-        raise _Retry(error_class(message), f"http_{response.status}", wait)
+        echo = (response.status, reason) if response.status >= 500 else None
+        raise _Retry(error_class(message), f"http_{response.status}", wait, echo=echo)
 
     async def _buffered(
         self, endpoint: Endpoint, request: InferenceRequest, body: bytes, exchange: Exchange, route: Route

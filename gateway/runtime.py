@@ -105,7 +105,8 @@ class Runtime:
                 log.error("reload asked by replica %s failed here: %s", reload.get("by"), "; ".join(result.errors))
 
     def _apply_now(self, settings: Settings, snapshot: Snapshot) -> None:
-        self.keys.replace(config=config_keys(settings.auth), stored=records_from(snapshot["keys"].values()))
+        stored = records_from(snapshot["keys"].values())
+        self.keys.replace(config=config_keys(settings.auth), stored=stored, required=settings.auth.required)
         overrides = {
             name: Price(**doc["price"]) for name, doc in snapshot["clusters"].items() if isinstance(doc.get("price"), dict)
         }

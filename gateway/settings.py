@@ -86,6 +86,11 @@ class AuthSettings(_Section):
     keys: list[ClientKeySettings] = Field(
         default_factory=list, description="Named client keys with limits (see [[auth.keys]])."
     )
+    required: bool = Field(
+        False,
+        description="Require a client key even while none exists (keys made only through the admin API): "
+        "a state store that comes back empty then refuses every request instead of admitting anyone.",
+    )
 
     def has_keys(self) -> bool:
         """True if any client key is configured (plain or named)."""
@@ -358,9 +363,10 @@ class Settings(BaseSettings):
             {name: cluster.tier for name, cluster in self.clusters.items()},
             [name for model_name, model in self.models.items() for name in (model_name, *model.aliases)],
         )
-        if not self.auth.has_keys() and not self.server.is_loopback():
+        if not self.auth.has_keys() and not self.auth.required and not self.server.is_loopback():
             raise ValueError(
-                f"auth.api_keys: required when server.host is not loopback (got {self.server.host!r})"
+                f"auth.api_keys: required when server.host is not loopback (got {self.server.host!r}); "
+                "or set auth.required = true and make keys through POST /admin/keys"
             )
         return self
 

@@ -2,8 +2,10 @@
 
 Handlers stay thin: authenticate, read the body once (bounded by ``server.max_body_bytes``),
 validate the fields kvgate reads, select the route (``gateway/routes/selector.py``: model or
-alias, limit headers, context fit), admit the key (model list and quotas, ``gateway/keys/gate.py``;
-after the route resolved, so an unknown model costs no quota), hand over to the proxy, and turn
+alias, limit headers, context fit) and apply ``X-Failover-Route``, admit the key (model list
+checked on the clusters of that final route, quotas with a reservation of the estimated tokens
+and cost, ``gateway/keys/gate.py``; after the route resolved, so an unknown model costs no
+quota), hand over to the proxy, and turn
 its reply into a response with the ``x-kvgate-route`` (route and reason), ``x-kvgate-cluster`` and
 ``x-kvgate-endpoint`` headers. A client that disconnects at any point cancels the upstream
 request. Errors raise :class:`~gateway.errors.GatewayError`, which the app's exception handler
@@ -102,7 +104,9 @@ async def handle_inference(
     parsed = parse_request(operation, raw)
     routed = await container.selector.select(parsed, key, headers)
     route = container.proxy.route_for(parsed, headers.get("x-failover-route"), routed.route)
-    admission = await gate.admit(key, parsed.model, len(raw))
+    admission = await gate.admit(
+        key, parsed.model, len(raw), route.clusters, lambda: container.selector.reservation(routed, route, len(raw))
+    )
     exchange = container.ops.exchange(state.request_id, parsed.model, container.clock, admission, state)
     container.selector.attach(exchange, routed)
     try:

@@ -1,13 +1,21 @@
 """The request path's key and quota gate: authenticate, admit, and settle after the answer.
 
 1. :meth:`KeyGate.authenticate`: the key behind ``Authorization`` (401 otherwise).
-2. :meth:`KeyGate.admit`: the model must be allowed for the key (403 ``model_not_allowed``);
-   a key with an RPM, TPM or budget limit is checked and counted atomically in the quota store
-   (429 with ``Retry-After``; ``rate_limit_exceeded`` or ``insufficient_quota``). Keys without
-   limits never touch the store on the way in.
+2. :meth:`KeyGate.admit`: the model must be allowed for the key, and so must every cluster of
+   the route the request will take once ``X-Failover-Route`` is applied (403
+   ``model_not_allowed``: a key limited to model A never reaches a cluster only model B's route
+   holds); a key with an RPM, TPM or budget limit is checked and counted atomically in the
+   quota store (429 with ``Retry-After``; ``rate_limit_exceeded`` or ``insufficient_quota``),
+   *reserving* the request's estimated tokens and cost (:class:`~gateway.keys.limits.Reservation`:
+   prompt estimate plus ``max_tokens``, else the cluster's expected output; priced at the
+   dearest cluster of the route), so concurrent requests cannot all pass a limit that only
+   one of them fits. Keys without limits never touch the store on the way in.
 3. :meth:`KeyGate.settle`: when the request ends, its tokens, cost and outcome go to a bounded
-   queue; a background task (:meth:`run`) writes them in batches (TPM correction, spend, usage
-   records per key, model and cluster). A full queue drops the record and counts it.
+   queue; a background task (:meth:`run`) writes them in batches: the difference between the
+   actual and the reserved tokens and cost (in the window and period of the admission), usage
+   records per key, model and cluster. A request whose usage is unknown although an endpoint
+   served it (a stream without ``include_usage``, a client that left) keeps its reservation as
+   its charge. A full queue drops the record and counts it.
 
 When the store is unreachable, ``quotas.on_store_error`` decides. The default, ``allow``, fails
 open: an outage of the shared store must not take inference down with it, and every request
@@ -22,11 +30,11 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from gateway.errors import PermissionDeniedError, RateLimitError, StateStoreError
-from gateway.keys.limits import MICRO_USD, Verdict, estimate_prompt_tokens
+from gateway.keys.limits import MICRO_USD, Reservation, Verdict, estimate_prompt_tokens
 from gateway.keys.model import KeyRecord
 from gateway.keys.pricing import TokenUsage
 from gateway.keys.quota_store import QuotaStore, Settlement
@@ -40,10 +48,13 @@ _BATCH = 256
 
 @dataclass(slots=True)  # made per request, never changed: not frozen (a frozen __init__ costs ~5x)
 class Admission:
-    """An admitted request: its key and the tokens reserved against its TPM limit."""
+    """An admitted request: its key, the tokens reserved against its TPM limit and the micro-USD
+    reserved against its budget, and when (Unix s; the window and period the reservation is in)."""
 
     key: KeyRecord
     reserved: int = 0
+    reserved_micro_usd: int = 0
+    admitted_at: float | None = field(default=None, compare=False)
 
 
 _MESSAGES = {
@@ -77,8 +88,10 @@ class KeyGate:
         quota_refusals: Callable[[KeyRecord, str], None] = lambda key, limit: None,
         wall_clock: Callable[[], float] = time.time,
         queue_size: int = 10_000,
+        reachable: Callable[[frozenset[str]], frozenset[str]] | None = None,
     ) -> None:
         self.table = table
+        self._reachable = reachable  # allowed model names -> the clusters their routes hold
         self.store = store
         self._fail_open = on_store_error == "allow"
         self._store_errors = store_errors
@@ -89,6 +102,7 @@ class KeyGate:
         self._queue_size = queue_size
         self._wakeup: asyncio.Future[None] | None = None  # the writer's, while it waits for work
         self._store_down = False  # log the first failure and the recovery, not every request
+        self._lost = 0  # settlements lost since the store last took a batch
 
     def now(self) -> float:
         """Unix time from the injected wall clock (quota windows, usage days)."""
@@ -98,11 +112,22 @@ class KeyGate:
         """Raises AuthenticationError (401)."""
         return self.table.authenticate(authorization)
 
-    async def admit(self, key: KeyRecord, model: str, body_bytes: int) -> Admission:
+    async def admit(
+        self,
+        key: KeyRecord,
+        model: str,
+        body_bytes: int,
+        clusters: Sequence[str] = (),
+        estimate: Callable[[], Reservation] | None = None,
+    ) -> Admission:
         """Check the key's model list and quotas, counting the request if admitted.
 
+        ``clusters``: the route the request will take (after ``X-Failover-Route``); each must be
+        reachable from the key's allowed models. ``estimate``: the request's reservation, asked
+        only for a key with a TPM or budget limit (default: ``body_bytes / 4`` tokens, no cost).
+
         Raises:
-            PermissionDeniedError: (403) the key may not use ``model``.
+            PermissionDeniedError: (403) the key may not use ``model`` or a cluster of the route.
             RateLimitError: (429, ``Retry-After``) a limit is exhausted.
             StateStoreError: (503) the store failed and ``quotas.on_store_error = "deny"``.
         """
@@ -111,11 +136,18 @@ class KeyGate:
             raise PermissionDeniedError(
                 f"The key '{key.name}' may not use the model `{model}`.", param="model"
             )
+        if limits.models is not None and clusters and self._reachable is not None:
+            self._check_clusters(key, model, clusters)
         if not limits.metered:
             return Admission(key)
-        reserve = estimate_prompt_tokens(body_bytes) if limits.tpm is not None else 0
+        reserve, cost = 0, 0
+        if limits.tpm is not None or limits.budget_usd is not None:
+            found = estimate() if estimate is not None else Reservation(estimate_prompt_tokens(body_bytes), 0)
+            reserve = found.tokens if limits.tpm is not None else 0
+            cost = found.micro_usd if limits.budget_usd is not None else 0
+        now = self._now()
         try:
-            verdict = await self.store.admit(key.id, limits, self._now(), reserve)
+            verdict = await self.store.admit(key.id, limits, now, reserve, cost)
         except StateStoreError as error:
             self._store_errors("quota_admit")
             if not self._store_down:
@@ -131,21 +163,47 @@ class KeyGate:
         if not verdict.allowed:
             self._refusals(key, verdict.limit or "rpm")
             raise refusal(key, verdict)
-        return Admission(key, reserve)
+        return Admission(key, reserve, cost, now)
+
+    def _check_clusters(self, key: KeyRecord, model: str, clusters: Sequence[str]) -> None:
+        assert self._reachable is not None and key.limits.models is not None
+        allowed = self._reachable(key.limits.models)
+        for cluster in clusters:
+            if cluster not in allowed:
+                raise PermissionDeniedError(
+                    f"The key '{key.name}' may not use the cluster `{cluster}`: it serves no model the key may "
+                    f"use (the route of `{model}` after X-Failover-Route).",
+                    param="X-Failover-Route",
+                )
 
     def settle(
-        self, admission: Admission, model: str, cluster: str, ok: bool, tokens: TokenUsage | None, cost_usd: float
+        self,
+        admission: Admission,
+        model: str,
+        cluster: str,
+        ok: bool,
+        tokens: TokenUsage | None,
+        cost_usd: float,
+        *,
+        charge_estimate: bool = False,
     ) -> None:
-        """Queue the finished request's accounting (never blocks, never raises)."""
+        """Queue the finished request's accounting (never blocks, never raises).
+
+        ``charge_estimate``: the usage is unknown but an endpoint served the request: the
+        reservation stays counted as its charge instead of being returned.
+        """
         key = admission.key
         if key is ANONYMOUS:
             return
         tokens = tokens or TokenUsage()
+        keep = charge_estimate
         item = Settlement(
             key_id=key.id,
             limits=key.limits,
             now=self._now(),
-            reserved=admission.reserved,
+            reserved=0 if keep else admission.reserved,
+            reserved_micro_usd=0 if keep else admission.reserved_micro_usd,
+            admitted_at=admission.admitted_at,
             model=model,
             cluster=cluster or "-",
             ok=ok,
@@ -167,7 +225,13 @@ class KeyGate:
             await self.store.settle(batch)
         except StateStoreError as error:
             self._store_errors("usage_settle")
-            log.warning("usage records lost (%d): %s", len(batch), error.message)
+            if not self._lost:  # one line per outage, not one per batch (per request at low traffic)
+                log.warning("usage records lost (%d so far; counted, logged again on recovery): %s", len(batch), error.message)
+            self._lost += len(batch)
+            return
+        if self._lost:
+            log.info("usage settlement recovered; %d usage records were lost during the outage", self._lost)
+            self._lost = 0
 
     def _take(self, batch: list[Settlement]) -> list[Settlement]:
         queue = self._queue

@@ -15,11 +15,25 @@ Admission, all or nothing (the same rules run in Redis as one Lua script, ``quot
 * RPM: admitted if ``used + 1 <= rpm``; the request is counted at once.
 * TPM: admitted if ``used + reserve <= tpm``, or if ``used == 0`` (a single request larger than
   the whole limit is still let through an idle window rather than refused forever). ``reserve``
-  is an estimate of the prompt's tokens (request bytes / 4), counted at once; when the answer's
-  usage is known the difference to the real total (input + output tokens) is added.
-* Budget: admitted while the spend of the current UTC calendar period (``hour``, ``day``,
-  ``week`` from Monday, ``month``) is below the budget; spend is added when the answer's usage is
-  known, so requests in flight when the budget runs out may overshoot it by their own cost.
+  (:class:`Reservation`) estimates the request's whole total: its prompt tokens plus its output
+  (``max_completion_tokens``/``max_tokens``, else the cluster's expected output tokens), counted
+  at once; when the answer's usage is known the difference to the real total (input + output
+  tokens) is added to the counter of the admission's minute.
+* Budget: admitted while ``spent + reserve_cost <= budget`` for the current UTC calendar period
+  (``hour``, ``day``, ``week`` from Monday, ``month``), or while nothing is spent or reserved yet
+  (one request larger than the whole budget still runs once). ``reserve_cost`` is the
+  reservation priced at the dearest cluster of the request's route; it is added to the spend at
+  once and corrected to the real cost when the answer's usage is known.
+
+**Overshoot bound.** Because every admitted request holds its estimate until it settles,
+concurrency alone cannot push a limit past its value: with N requests in flight, the counters
+already hold all N estimates. What a limit can still be exceeded by is (a) one request admitted
+into an empty window or period, by its own size beyond the limit, plus (b) the sum, over the
+requests admitted while the limit was nearly used, of how far each one's actual usage exceeds
+its estimate. For requests that set ``max_tokens`` (output never exceeds it) that excess is only
+the prompt's under-estimate (the estimate is body bytes / 4, above the real count for English
+text and JSON; dense scripts can exceed it); for requests without it, each may exceed its
+reservation by its output beyond the cluster's ``expected_output_tokens``.
 
 Amounts of money are integers of micro-USD (1e-6 USD), so Redis counters stay exact.
 """
@@ -129,13 +143,25 @@ def _period_bounds(hour: int, period: str) -> tuple[int, int]:
     return int(start.timestamp()), int(end.timestamp())
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """What one request holds against its key's limits until it settles: ``tokens`` (TPM) and
+    ``micro_usd`` (budget)."""
+
+    tokens: int
+    micro_usd: int = 0
+
+
 def estimate_prompt_tokens(body_bytes: int) -> int:
     """A cheap prompt-size estimate for TPM reservations: 4 bytes per token, at least 1."""
     return max(1, body_bytes // 4)
 
 
-def decide(limits: KeyLimits, counters: Counters, now: float, reserve: int) -> Verdict:
-    """Admit or refuse one request; pure mirror of the Lua script in ``quota_store.py``."""
+def decide(limits: KeyLimits, counters: Counters, now: float, reserve: int, reserve_cost: int = 0) -> Verdict:
+    """Admit or refuse one request; pure mirror of the Lua script in ``quota_store.py``.
+
+    ``reserve``: tokens, ``reserve_cost``: micro-USD the request would hold (see the module docstring).
+    """
     fraction = elapsed_fraction(now)
     if limits.rpm is not None:
         used = sliding_used(counters.rpm_prev, counters.rpm_curr, fraction)
@@ -148,7 +174,13 @@ def decide(limits: KeyLimits, counters: Counters, now: float, reserve: int) -> V
             cost = min(reserve, limits.tpm)
             wait = wait_until_fits(counters.tpm_prev, counters.tpm_curr, cost, limits.tpm, fraction)
             return Verdict(False, "tpm", wait)
-    if limits.budget_usd is not None and counters.spent_micro_usd >= limits.budget_usd * MICRO_USD:
+    spent = counters.spent_micro_usd
+    if limits.budget_usd is not None and budget_exhausted(spent, reserve_cost, limits.budget_usd * MICRO_USD):
         _, end = period_bounds(now, limits.budget_period)
         return Verdict(False, "budget", max(1, math.ceil(end - now)))
     return ALLOWED
+
+
+def budget_exhausted(spent: float, reserve_cost: float, budget: float) -> bool:
+    """Whether a request reserving ``reserve_cost`` is refused with ``spent`` of ``budget`` used (micro-USD)."""
+    return spent >= budget or (spent > 0 and spent + reserve_cost > budget)

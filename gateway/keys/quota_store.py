@@ -2,8 +2,10 @@
 
 Both implementations apply the rules of ``gateway/keys/limits.py``. In Redis one admission is
 one Lua script (``EVALSHA``), so concurrent requests on any number of replicas are admitted
-atomically: the counters are read, checked and incremented as one step. Settlement after an
-answer is one pipeline of ``INCRBY``/``HINCRBY`` and ``EXPIRE``.
+atomically: the counters are read, checked and incremented (the request counted, its token and
+cost reservations added) as one step. Settlement after an answer is one pipeline of
+``INCRBY``/``HINCRBY`` and ``EXPIRE`` adding the actual minus the reserved amounts to the
+counters of the admission's minute and budget period.
 
 Redis keys (``P`` = ``state.key_prefix``; the ``{id}`` hash tag keeps one key's counters in one
 Redis Cluster slot):
@@ -54,6 +56,27 @@ class Settlement:
     cached_tokens: int = 0
     output_tokens: int = 0
     cost_micro_usd: int = 0
+    reserved_micro_usd: int = 0
+    admitted_at: float | None = None
+
+    @property
+    def counted_at(self) -> float:
+        """When the reservations were counted: corrections go to that minute and period."""
+        return self.now if self.admitted_at is None else self.admitted_at
+
+    def token_increments(self, prefix: str) -> dict[str, int]:
+        """TPM counter -> increment: the reservation returned to the admission's minute, the
+        actual total counted in the minute the request ended (one counter when they agree)."""
+        base = f"{prefix}q:{{{self.key_id}}}:tpm:"
+        ended, admitted = base + str(window_start(self.now)), base + str(window_start(self.counted_at))
+        actual = self.input_tokens + self.output_tokens
+        if ended == admitted:
+            return {ended: actual - self.reserved} if actual != self.reserved else {}
+        return {name: value for name, value in ((admitted, -self.reserved), (ended, actual)) if value}
+
+    @property
+    def cost_delta(self) -> int:
+        return self.cost_micro_usd - self.reserved_micro_usd
 
     def usage_increments(self) -> dict[str, int]:
         values = (1, 0 if self.ok else 1, self.input_tokens, self.cached_tokens, self.output_tokens, self.cost_micro_usd)
@@ -87,8 +110,9 @@ def parse_usage(day: str, fields: dict[str, int]) -> list[dict[str, Any]]:
 
 
 class QuotaStore(Protocol):
-    async def admit(self, key_id: str, limits: KeyLimits, now: float, reserve: int) -> Verdict:
-        """Check every limit of ``limits`` and, if all pass, count the request. Raises StateStoreError."""
+    async def admit(self, key_id: str, limits: KeyLimits, now: float, reserve: int, reserve_cost: int = 0) -> Verdict:
+        """Check every limit of ``limits`` and, if all pass, count the request and add its
+        reservations (``reserve`` tokens, ``reserve_cost`` micro-USD). Raises StateStoreError."""
 
     async def settle(self, settlements: Sequence[Settlement]) -> None:
         """Add finished requests' tokens, spend and usage. Raises StateStoreError."""
@@ -126,26 +150,29 @@ class MemoryQuotaStore:
         for name in [n for n in self._counters if (":rpm:" in n or ":tpm:" in n) and int(n.rsplit(":", 1)[1]) < horizon]:
             del self._counters[name]
 
-    async def admit(self, key_id: str, limits: KeyLimits, now: float, reserve: int) -> Verdict:
+    async def admit(self, key_id: str, limits: KeyLimits, now: float, reserve: int, reserve_cost: int = 0) -> Verdict:
+        # no await between the read and the writes: atomic on the event loop
         self._forget_before(now)
         names = _names("", key_id, limits, now)
         counters = Counters(*(self._counters.get(name, 0.0) for name in names))
-        verdict = decide(limits, counters, now, reserve)
+        verdict = decide(limits, counters, now, reserve, reserve_cost)
         if verdict.allowed:
             if limits.rpm is not None:
                 self._counters[names[1]] += 1
             if limits.tpm is not None:
                 self._counters[names[3]] += reserve
+            if limits.budget_usd is not None:
+                self._counters[names[4]] += reserve_cost
         return verdict
 
     async def settle(self, settlements: Sequence[Settlement]) -> None:
         for item in settlements:
             if item.limits.tpm is not None or item.limits.budget_usd is not None:
-                names = _names("", item.key_id, item.limits, item.now)
                 if item.limits.tpm is not None:
-                    self._counters[names[3]] += item.input_tokens + item.output_tokens - item.reserved
+                    for name, value in item.token_increments("").items():
+                        self._counters[name] += value
                 if item.limits.budget_usd is not None:
-                    self._counters[names[4]] += item.cost_micro_usd
+                    self._counters[_names("", item.key_id, item.limits, item.counted_at)[4]] += item.cost_delta
             usage = self._usage[(item.key_id, day_of(item.now))]
             for field, value in item.usage_increments().items():
                 usage[f"{item.model}|{item.cluster}|{field}"] += value
@@ -161,11 +188,13 @@ class MemoryQuotaStore:
 
 
 # KEYS: rpm prev, rpm curr, tpm prev, tpm curr, spend.
-# ARGV: elapsed fraction, rpm limit, tpm limit, reserve, budget micro-USD (-1 = none), window TTL.
+# ARGV: elapsed fraction, rpm limit, tpm limit, reserve, budget micro-USD (-1 = none), window TTL,
+# reserved micro-USD, Unix time the spend counter expires at.
 _ADMIT = """
 local f = tonumber(ARGV[1])
 local rpm, tpm, reserve = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local budget, ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
+local cost, spend_until = tonumber(ARGV[7]), tonumber(ARGV[8])
 local function num(k) return tonumber(redis.call('GET', k) or '0') end
 local rp, rc, tp, tc, sp = num(KEYS[1]), num(KEYS[2]), num(KEYS[3]), num(KEYS[4]), num(KEYS[5])
 local ok = 1
@@ -174,10 +203,11 @@ if ok == 1 and tpm >= 0 then
   local used = tp * (1 - f) + tc
   if used > 0 and used + reserve > tpm then ok = 0 end
 end
-if ok == 1 and budget >= 0 and sp >= budget then ok = 0 end
+if ok == 1 and budget >= 0 and (sp >= budget or (sp > 0 and sp + cost > budget)) then ok = 0 end
 if ok == 1 then
   if rpm >= 0 then redis.call('INCR', KEYS[2]); redis.call('EXPIRE', KEYS[2], ttl) end
   if tpm >= 0 then redis.call('INCRBY', KEYS[4], reserve); redis.call('EXPIRE', KEYS[4], ttl) end
+  if budget >= 0 and cost > 0 then redis.call('INCRBY', KEYS[5], cost); redis.call('EXPIREAT', KEYS[5], spend_until) end
 end
 return {ok, tostring(rp), tostring(rc), tostring(tp), tostring(tc), tostring(sp)}
 """
@@ -196,10 +226,14 @@ class RedisQuotaStore:
         self._retention_s = retention_days * 86400
         self._admit = client.register_script(_ADMIT)
 
-    async def admit(self, key_id: str, limits: KeyLimits, now: float, reserve: int) -> Verdict:
+    async def admit(self, key_id: str, limits: KeyLimits, now: float, reserve: int, reserve_cost: int = 0) -> Verdict:
         names = _names(self._prefix, key_id, limits, now)
         fraction = (now - window_start(now)) / WINDOW_S
-        args = [fraction, _limit(limits.rpm), _limit(limits.tpm), reserve, _limit(limits.budget_usd, 1_000_000), _WINDOW_TTL_S]
+        _, period_end = period_bounds(now, limits.budget_period)
+        args = [
+            fraction, _limit(limits.rpm), _limit(limits.tpm), reserve, _limit(limits.budget_usd, 1_000_000), _WINDOW_TTL_S,
+            reserve_cost, period_end + 3600,
+        ]
         try:
             reply = await self._admit(keys=names, args=args)
         except RedisError as error:
@@ -207,19 +241,20 @@ class RedisQuotaStore:
         if int(reply[0]) == 1:
             return Verdict(True)
         counters = Counters(*(float(value) for value in reply[1:]))
-        verdict = decide(limits, counters, now, reserve)
+        verdict = decide(limits, counters, now, reserve, reserve_cost)
         return verdict if not verdict.allowed else Verdict(False, "rpm", 1)
 
     async def settle(self, settlements: Sequence[Settlement]) -> None:
         pipe = self._redis.pipeline(transaction=False)
         for item in settlements:
-            names = _names(self._prefix, item.key_id, item.limits, item.now)
-            delta = item.input_tokens + item.output_tokens - item.reserved
-            if item.limits.tpm is not None and delta:
-                pipe.incrby(names[3], delta).expire(names[3], _WINDOW_TTL_S)
-            if item.limits.budget_usd is not None and item.cost_micro_usd:
-                _, end = period_bounds(item.now, item.limits.budget_period)
-                pipe.incrby(names[4], item.cost_micro_usd).expireat(names[4], end + 3600)
+            if item.limits.tpm is not None:
+                for name, value in item.token_increments(self._prefix).items():
+                    pipe.incrby(name, value).expire(name, _WINDOW_TTL_S)
+            names = _names(self._prefix, item.key_id, item.limits, item.counted_at)
+            cost = item.cost_delta
+            if item.limits.budget_usd is not None and cost:
+                _, end = period_bounds(item.counted_at, item.limits.budget_period)
+                pipe.incrby(names[4], cost).expireat(names[4], end + 3600)
             usage_key = f"{self._prefix}u:{{{item.key_id}}}:{day_of(item.now)}"
             for field, value in item.usage_increments().items():
                 pipe.hincrby(usage_key, f"{item.model}|{item.cluster}|{field}", value)

@@ -5,10 +5,14 @@ store, which the admin sync loop (``gateway/state/admin_sync.py``) refreshes whe
 replica changes them. Authentication is therefore a local dict lookup; a key created or revoked on
 one replica takes effect on the others within ``admin.sync_interval_s``.
 
-When is a key required? As soon as any key exists: one in the config file, or any record in the
-state store, revoked ones included (revoking the last key must never re-open the gateway).
-With no key at all (allowed only on a loopback host), every request is accepted as
-:data:`ANONYMOUS`.
+When is a key required? When ``auth.required = true``, and as soon as any key exists: one in
+the config file, or any record in the state store, revoked ones included (revoking the last key
+must never re-open the gateway). Once required, a key stays required for the life of the process
+(:attr:`KeyTable.required` latches): a state store that loses its data (Redis restarted empty)
+takes the stored keys with it, and then every request is refused, never admitted anonymously.
+To keep auth on across a restart with an empty store as well, set ``auth.required = true``.
+With no key at all and auth not required (allowed only on a loopback host), every request is
+accepted as :data:`ANONYMOUS`.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ def _masked(key: str) -> str:
 class KeyTable:
     """Key records by digest; replaced whole by :meth:`replace` (readers see old or new)."""
 
-    def __init__(self, config: Iterable[KeyRecord] = ()) -> None:
+    def __init__(self, config: Iterable[KeyRecord] = (), *, required: bool = False) -> None:
         self._config = tuple(config)
+        self._required = required  # latched: once True, True until the process ends
         self._stored: tuple[KeyRecord, ...] = ()
         self._by_digest: dict[str, KeyRecord] = {}
         self._by_id: dict[str, KeyRecord] = {}
@@ -46,9 +51,18 @@ class KeyTable:
         records = (*self._config, *self._stored)
         self._by_digest = {record.digest: record for record in records if not record.revoked}
         self._by_id = {record.id: record for record in records}
+        self._required = self._required or bool(self._by_id)
 
-    def replace(self, *, config: Iterable[KeyRecord] | None = None, stored: Iterable[KeyRecord] | None = None) -> None:
-        """Swap the config keys (reload) and/or the stored keys (sync)."""
+    def replace(
+        self,
+        *,
+        config: Iterable[KeyRecord] | None = None,
+        stored: Iterable[KeyRecord] | None = None,
+        required: bool = False,
+    ) -> None:
+        """Swap the config keys (reload) and/or the stored keys (sync); ``required`` can only
+        switch auth on (``auth.required`` after a reload), never off."""
+        self._required = self._required or required
         if config is not None:
             self._config = tuple(config)
         if stored is not None:
@@ -61,7 +75,8 @@ class KeyTable:
 
     @property
     def required(self) -> bool:
-        return bool(self._by_id)
+        """Whether a request needs a key (see the module docstring: latched once True)."""
+        return self._required
 
     def get(self, key_id: str) -> KeyRecord | None:
         return self._by_id.get(key_id)
@@ -77,7 +92,7 @@ class KeyTable:
             AuthenticationError: (401) a key is required and the header is missing, not Bearer,
                 unknown or revoked.
         """
-        if not self._by_id:
+        if not self._required:
             return ANONYMOUS
         seen = self._seen.get(authorization) if authorization else None
         if seen is not None:

@@ -11,17 +11,59 @@ The access log (``server.access_log = true``) is written by ``gateway/api/access
 endpoint, outcome, key id (never the secret) and token counts. Prompts and completions appear
 only with ``logging.log_payloads = true`` (first 4 KiB of each body). Headers, and so keys, are
 never logged.
+
+Repeated lines are rate-limited (:class:`RepeatFilter`, on the handler
+:func:`configure_logging` installs): a warning or error with the same logger and message
+template as one written less than :data:`REPEAT_WINDOW_S` seconds ago is dropped and counted;
+the next one written says how many were suppressed (``suppressed`` field). An outage of a
+dependency (Redis, an endpoint) then writes a line per window, not one per request.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+REPEAT_WINDOW_S = 10.0
+"""A warning/error line repeated within this many seconds is suppressed (and counted)."""
+_MAX_TEMPLATES = 1024
+
+
+class RepeatFilter(logging.Filter):
+    """Drops a WARNING or ERROR whose (logger, level, message template) was let through less than
+    ``window_s`` ago; the next one let through carries ``suppressed`` (how many were dropped, also
+    appended to its message). Lower levels pass untouched. Remembers at most 1,024 templates."""
+
+    def __init__(self, window_s: float = REPEAT_WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.window_s = window_s
+        self._clock = clock
+        self._seen: dict[tuple[str, int, str], tuple[float, int]] = {}  # -> (last let through, dropped since)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        key = (record.name, record.levelno, str(record.msg))
+        now = self._clock()
+        last = self._seen.get(key)
+        if last is not None and now - last[0] < self.window_s:
+            self._seen[key] = (last[0], last[1] + 1)
+            return False
+        if len(self._seen) >= _MAX_TEMPLATES:
+            self._seen.clear()
+        self._seen[key] = (now, 0)
+        if last is not None and last[1]:
+            fields = getattr(record, "fields", None)
+            record.fields = {**(fields if isinstance(fields, dict) else {}), "suppressed": last[1]}
+            record.msg = f"{record.msg} ({last[1]} similar suppressed in the last {self.window_s:g} s)"
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -46,6 +88,7 @@ def configure_logging(log_format: str = "json", level: str = "info", *, root: lo
     """Send every log record to stderr as JSON (or text) at ``level``; replaces root handlers."""
     target = root or logging.getLogger()
     handler = logging.StreamHandler()
+    handler.addFilter(RepeatFilter())
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:

@@ -16,7 +16,10 @@ the stream ends). It:
 Every stream asks its endpoint for ``usage`` (the proxy adds ``stream_options.include_usage``
 for a client that did not, and the relay strips it); a stream that still ends without it (an
 endpoint refusing ``stream_options``, a broken stream) carries an estimate marked
-``"estimated": true`` (``gateway/upstream/streaming.py``), priced like measured usage.
+``"estimated": true`` (``gateway/upstream/streaming.py``), priced like measured usage. A stream
+that ends with no usage at all (the client left before the end) costs nothing in the metrics
+here, and its key keeps the admission's reservation (estimated tokens and cost,
+``gateway/keys/limits.py``) as its charge.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from gateway.keys.pricing import Pricing, TokenUsage, cost_usd
 from gateway.observability.metrics import GatewayMetrics
 
 _ERROR_OUTCOMES = frozenset({"client_error", "upstream_error"})
+_SERVED_OUTCOMES = frozenset({"success", "cancelled"})  # without usage: the reservation is the charge
 
 
 class ExchangeRecorder:
@@ -55,7 +59,8 @@ class ExchangeRecorder:
         if outcome == "success":
             self._latencies(exchange, tokens)
         if exchange.admission is not None:
-            self._gate.settle(exchange.admission, model, cluster, outcome == "success", tokens, cost)
+            served = tokens is None and outcome in _SERVED_OUTCOMES and (getattr(exchange, "attempts", 0) or 0) > 0
+            self._gate.settle(exchange.admission, model, cluster, outcome == "success", tokens, cost, charge_estimate=served)
         trace = exchange.trace
         if trace is not None:
             trace.finish(exchange, tokens, cost)

@@ -1,9 +1,10 @@
 """The OpenAI request fields kvgate reads; everything else passes through untouched.
 
 The body is parsed once (orjson). Only the fields routing and observation need are validated:
-``model``, ``stream``, ``stream_options``, ``messages`` (chat) or ``prompt`` (completions),
-``user`` and ``prompt_cache_key``. Any other field (tools, tool_choice, response_format, n,
-logprobs, seed, reasoning_effort, vLLM extras, ...) is neither checked nor changed: the original
+``model``, ``messages`` (chat) or ``prompt`` (completions), and every other field kvgate reads
+(``stream``, ``user``, ``prompt_cache_key``, the reasoning switches, ``max_tokens``, ``tools``,
+...: the table in ``protocol/validation.py``, which also bounds the nesting depth). Any other
+field (temperature, logprobs, seed, vLLM extras, ...) is neither checked nor changed: the original
 bytes are forwarded, re-serialized only when the endpoint's served model name differs from the
 name the client sent. Reference: https://platform.openai.com/docs/api-reference/chat/create
 """
@@ -17,6 +18,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import InvalidRequestError
+from gateway.protocol.validation import check_depth, check_fields, check_messages
 
 
 class Operation(enum.Enum):
@@ -85,25 +87,6 @@ def _invalid(message: str, param: str | None = None) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
 
 
-def _check_optional(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str) -> None:
-    value = body.get(name)
-    if value is not None and (not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds):
-        raise _invalid(f"Invalid type for '{name}': expected {what}, got {type(value).__name__}.", name)
-
-
-def _check_messages(messages: Any) -> None:
-    if not isinstance(messages, list):
-        raise _invalid("Invalid type for 'messages': expected an array of objects.", "messages")
-    if not messages:
-        raise _invalid("'messages' must contain at least one message.", "messages")
-    for index, message in enumerate(messages):
-        param = f"messages[{index}]"
-        if not isinstance(message, dict):
-            raise _invalid(f"Invalid type for '{param}': expected an object.", param)
-        if not isinstance(message.get("role"), str):
-            raise _invalid(f"Missing required parameter: '{param}.role'.", f"{param}.role")
-
-
 def _is_token(value: Any) -> bool:
     """A token id: a non-negative integer below 2**32 (no vocabulary is larger)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32
@@ -149,13 +132,11 @@ def parse_request(operation: Operation, raw: bytes) -> InferenceRequest:
     if operation is Operation.CHAT:
         if "messages" not in body:
             raise _invalid("Missing required parameter: 'messages'.", "messages")
-        _check_messages(body["messages"])
+        check_messages(body["messages"])
     else:
         if "prompt" not in body:
             raise _invalid("Missing required parameter: 'prompt'.", "prompt")
         _check_prompt(body["prompt"])
-    _check_optional(body, "stream", (bool,), "a boolean")
-    _check_optional(body, "stream_options", (dict,), "an object")
-    _check_optional(body, "user", (str,), "a string")
-    _check_optional(body, "prompt_cache_key", (str,), "a string")
+    check_fields(body)
+    check_depth(raw, body)
     return InferenceRequest(operation, model, bool(body.get("stream")), body, raw)

@@ -55,6 +55,7 @@ class ModelCatalog:
 
     def __init__(self, entries: list[ModelEntry], routes: dict[str, Route], default_timeouts: TimeoutSettings) -> None:
         self._entries = {entry.id: entry for entry in entries}
+        self._reach: dict[frozenset[str], frozenset[str]] = {}
         self.routes = routes
         self.default_timeouts = default_timeouts
 
@@ -89,6 +90,19 @@ class ModelCatalog:
             )
         return entry
 
+    def clusters_of(self, models: frozenset[str]) -> frozenset[str]:
+        """Every cluster the names in ``models`` may be served by: their routes' clusters,
+        failover chains included (a key's allow-list, checked on the route a request will take).
+        Unknown names add nothing. Memoized per set until the next :meth:`replace`."""
+        found = self._reach.get(models)
+        if found is None:
+            entries = (self._entries.get(name) for name in models)
+            found = frozenset(cluster for entry in entries if entry is not None for cluster in entry.route.clusters)
+            if len(self._reach) >= 1024:
+                self._reach.clear()
+            self._reach[models] = found
+        return found
+
     def entries(self) -> list[ModelEntry]:
         """Every public name, in config order (models, their aliases, then bare cluster names)."""
         return list(self._entries.values())
@@ -96,6 +110,7 @@ class ModelCatalog:
     def replace(self, other: ModelCatalog) -> None:
         """Take ``other``'s names and routes (a config reload); a request sees the old or the new."""
         self._entries, self.routes, self.default_timeouts = other._entries, other.routes, other.default_timeouts
+        self._reach = {}
 
 
 def _selection_aliases(settings: Settings, timeouts: TimeoutSettings) -> list[ModelEntry]:

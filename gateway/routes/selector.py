@@ -24,6 +24,7 @@ feeds the serving cluster's load model and counts the request's cost by key.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,8 +34,9 @@ from gateway.endpoints.registry import EndpointRegistry
 from gateway.endpoints.stats import Scrape, StatsBoard
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.failover import Route
+from gateway.keys.limits import MICRO_USD, Reservation, estimate_prompt_tokens
 from gateway.keys.model import KeyRecord
-from gateway.keys.pricing import Pricing, cost_usd
+from gateway.keys.pricing import Pricing, TokenUsage, cost_usd
 from gateway.protocol.openai import InferenceRequest
 from gateway.routes.catalog import ModelCatalog, ModelEntry
 from gateway.routes.classifier import ClassifierModel
@@ -43,7 +45,7 @@ from gateway.routes.load import ClusterProfile, ClusterView, LoadTracker
 from gateway.routes.metrics import RouteMetrics
 from gateway.routes.policy import Limits, PolicyParams, Selection, estimated_cost, fits, select_auto, select_pinned, select_tier
 from gateway.routes.rewrite import thinking_off
-from gateway.routes.signals import RequestSignals, read_signals
+from gateway.routes.signals import RequestSignals, output_cap, read_signals
 from gateway.settings import Settings
 
 BUDGET_TTL_S = 1.0
@@ -280,6 +282,29 @@ class RouteSelector:
             cost = cost_usd(profile.price, tokens)
             if cost > 0:
                 self._metrics.key_cost.labels(admission.key.name, exchange.model, cluster).inc(cost)
+
+    # -- admission --------------------------------------------------------------------------------
+
+    def reservation(self, routed: Routed, route: Route, body_bytes: int) -> Reservation:
+        """What the request holds against its key's TPM and budget until it settles.
+
+        Tokens: the prompt estimate (``body_bytes / 4``, or the signals' estimate when route
+        selection read them, whichever is larger) plus the output cap (``max_completion_tokens``,
+        ``max_tokens``) or else the expected output of the route's clusters (learned from usage,
+        ``expected_output_tokens`` at first); micro-USD: those tokens at the dearest cluster of
+        ``route``. See ``gateway/keys/limits.py`` for the overshoot this bounds.
+        """
+        views = {name: routed.views[name] for name in route.clusters if name in routed.views}
+        if len(views) < len(route.clusters):  # X-Failover-Route named clusters selection did not see
+            views.update(self.views([name for name in route.clusters if name not in views]))
+        prompt = estimate_prompt_tokens(body_bytes)
+        if routed.signals is not None:
+            prompt = max(prompt, routed.signals.prompt_tokens)
+        cap = output_cap(routed.request.body)
+        output = cap if cap is not None else max((math.ceil(v.output_tokens) for v in views.values()), default=0)
+        tokens = TokenUsage(prompt, 0, output)
+        cost = max((cost_usd(view.profile.price, tokens) for view in views.values()), default=0.0)
+        return Reservation(prompt + output, math.ceil(cost * MICRO_USD))
 
     # -- explanation ----------------------------------------------------------------------------
 

@@ -87,7 +87,7 @@ def explicit_need(body: Mapping[str, Any]) -> tuple[str | None, str | None]:
             if isinstance(kwargs.get(name), bool):
                 return (REASONING if kwargs[name] else LIGHT), f"chat_template_kwargs.{name}={str(kwargs[name]).lower()}"
     thinking = body.get("thinking")
-    if isinstance(thinking, Mapping) and thinking.get("type") in _THINKING_TYPE:
+    if isinstance(thinking, Mapping) and isinstance(thinking.get("type"), str) and thinking["type"] in _THINKING_TYPE:
         return _THINKING_TYPE[thinking["type"]], f"thinking.type={thinking['type']}"
     return None, None
 

@@ -139,3 +139,69 @@ async def test_sync_survives_a_dead_store() -> None:
 
     assert await AdminSync(dead, apply, 0.01, errors=errors.append).poll() is False
     assert errors == ["admin_sync"]
+
+
+async def test_budget_reservations_hold_concurrent_admissions_and_settle_to_the_actual_cost(quotas: Any) -> None:
+    key = f"k-{uuid.uuid4().hex[:6]}"
+    limits = KeyLimits(budget_usd=0.0001, budget_period="day")  # 100 micro-USD
+    verdicts = await asyncio.gather(*(quotas.admit(key, limits, NOW, 0, 30) for _ in range(10)))
+    assert [v.allowed for v in verdicts] == [True] * 3 + [False] * 7  # 30 + 30 + 30 <= 100 < 120
+    assert verdicts[3].limit == "budget"
+    assert await quotas.spent(key, limits, NOW) == 90  # the reservations
+    settled = [Settlement(key, limits, NOW + 5, 0, "m", "c", True, cost_micro_usd=12, reserved_micro_usd=30, admitted_at=NOW)]
+    await quotas.settle(settled * 3)
+    assert await quotas.spent(key, limits, NOW) == 36  # reservations replaced by the actual cost
+    assert (await quotas.admit(key, limits, NOW, 0, 64)).allowed  # 36 + 64 <= 100
+    assert not (await quotas.admit(key, limits, NOW, 0, 1)).allowed
+
+
+async def test_a_first_request_larger_than_the_budget_still_runs_once(quotas: Any) -> None:
+    key = f"k-{uuid.uuid4().hex[:6]}"
+    limits = KeyLimits(budget_usd=0.00001, tpm=50, budget_period="day")
+    assert (await quotas.admit(key, limits, NOW, 80, 500)).allowed  # nothing used yet
+    refused = await quotas.admit(key, limits, NOW, 1, 1)
+    assert refused.limit == "tpm"
+
+
+async def test_token_reservations_return_to_the_admissions_minute(quotas: Any) -> None:
+    key = f"k-{uuid.uuid4().hex[:6]}"
+    limits = KeyLimits(tpm=100)
+    start = NOW + 45  # 55 s into the minute
+    assert (await quotas.admit(key, limits, start, 90)).allowed
+    assert not (await quotas.admit(key, limits, start, 20)).allowed
+    # settled 20 s later, in the next minute: 90 reserved there go back, 10 actual land here
+    await quotas.settle([Settlement(key, limits, start + 20, 90, "m", "c", True, input_tokens=4, output_tokens=6, admitted_at=start)])
+    assert (await quotas.admit(key, limits, start + 20, 85)).allowed
+
+
+async def test_the_admin_epoch_is_stable_and_changes_when_the_store_loses_its_data(redis: tuple[Redis, str]) -> None:
+    client, prefix = redis
+    store = RedisAdminStore(client, prefix)
+    epoch, version = await store.stamp()
+    assert epoch and version == 0
+    await store.put("keys", "k1", {"id": "k1"})
+    assert await store.stamp() == (epoch, 1)
+    await client.delete(*[k async for k in client.scan_iter(match=prefix + "*")])  # the data is lost
+    await client.set(f"{prefix}admin:version", 1)  # ... and the counter is back where it was
+    lost_epoch, lost_version = await store.stamp()
+    assert lost_version == 1 and lost_epoch != epoch
+    assert await store.stamp() == (lost_epoch, 1)  # the new epoch stays
+
+
+async def test_sync_rereads_a_reset_store_at_an_equal_version(redis: tuple[Redis, str]) -> None:
+    client, prefix = redis
+    store = RedisAdminStore(client, prefix)
+    applied: list[dict[str, Any]] = []
+
+    async def apply(snapshot: dict[str, Any]) -> None:
+        applied.append(snapshot)
+
+    sync = AdminSync(store, apply, 0.01)
+    await store.put("keys", "old", {"id": "old"})
+    assert await sync.poll() is True and await sync.poll() is False
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(*[k async for k in client.scan_iter(match=prefix + "*")])
+    pipe.hset(f"{prefix}admin:keys", "new", b'{"id": "new"}').set(f"{prefix}admin:version", 1)
+    await pipe.execute()
+    assert await sync.poll() is True
+    assert applied[-1]["keys"] == {"new": {"id": "new"}}

@@ -133,17 +133,21 @@ def test_tokens_per_minute_hold_across_replicas(pair: Pair, http: httpx.Client) 
 
 def test_spend_budget_holds_across_replicas_and_usage_is_recorded(pair: Pair, http: httpx.Client, wall: WallClock) -> None:
     first, second = pair
-    created = _create(first, http, budget_usd=0.00002, budget_period="day")  # each request costs $11e-6
+    # each request costs $11e-6; admission reserves the estimate (about 20-32 prompt tokens at $1/M
+    # plus max_tokens at $2/M) until the request settles at its actual cost
+    created = _create(first, http, budget_usd=0.00006, budget_period="day")
     key_id, secret = created["id"], created["key"]
     assert wait_until(lambda: _known_everywhere(pair, key_id))
-    assert _chat(first, http, secret).status_code == 200
-    assert _chat(second, http, secret, stream=True, stream_options={"include_usage": True}).status_code == 200
 
     def spent() -> float:
         return http.get(first.url + f"/admin/keys/{key_id}", headers=admin()).json()["spent_usd_this_period"]
 
+    assert _chat(first, http, secret, max_tokens=3).status_code == 200
+    assert wait_until(lambda: spent() == pytest.approx(11e-6))  # the reservation settled at the actual cost
+    streamed = _chat(second, http, secret, stream=True, stream_options={"include_usage": True}, max_tokens=3)
+    assert streamed.status_code == 200
     assert wait_until(lambda: spent() == pytest.approx(22e-6))
-    refused = _chat(first, http, secret)
+    refused = _chat(first, http, secret, max_tokens=100)  # 22e-6 spent + ~220e-6 reserved > 60e-6
     _assert_429(refused, "insufficient_quota")
     assert int(refused.headers["retry-after"]) == 12 * 3600 - 10  # until the UTC day ends
     usage = http.get(second.url + f"/admin/keys/{key_id}/usage", headers=admin()).json()["data"]

@@ -68,3 +68,39 @@ def test_configure_logging_installs_one_handler() -> None:
     configure_logging("text", "debug", root=root)
     assert len(root.handlers) == 1 and root.level == logging.DEBUG
     assert not isinstance(root.handlers[0].formatter, JsonFormatter)
+
+
+def test_repeat_filter_lets_one_line_per_window_through_and_counts_the_rest() -> None:
+    from gateway.observability.logging import RepeatFilter
+
+    now = [100.0]
+    logger = logging.getLogger("kvgate.test.repeat")
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep()
+    handler.addFilter(RepeatFilter(window_s=10.0, clock=lambda: now[0]))
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    try:
+        for index in range(5):
+            logger.warning("store down: %s", f"error {index}")
+        logger.info("info lines always pass")
+        logger.warning("another template")
+        now[0] += 10.0
+        logger.warning("store down: %s", "error 5")
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+    messages = [record.getMessage() for record in records]
+    assert messages == [
+        "store down: error 0",
+        "info lines always pass",
+        "another template",
+        "store down: error 5 (4 similar suppressed in the last 10 s)",
+    ]
+    assert records[-1].fields == {"suppressed": 4}

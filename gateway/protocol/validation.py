@@ -1,0 +1,183 @@
+"""The type rules of every request field kvgate reads, checked once at parse time.
+
+kvgate reads a few fields of an OpenAI request to route, hash, rewrite and observe it
+(``gateway/protocol/openai.py``, ``routes/signals.py``, ``routes/prompt.py``,
+``prefix/hashing.py``, ``continuation.py``). Each of them is checked here, so a wrong type is
+a 400 ``invalid_request_error`` whose ``param`` names the field (``thinking.type``,
+``messages[2].content``), never a 500 deeper in the gateway or an engine's 5xx that counts
+against an endpoint. ``null`` is accepted wherever the field is optional (it reads as absent).
+Fields kvgate does not read are not checked: the endpoint judges them.
+
+Message shapes (chat), as the OpenAI API defines them: ``messages`` is a non-empty array of
+objects with a string ``role``; ``content`` is a string, null, or an array of content parts
+(objects with a string ``type``; a ``text`` part has a string ``text``); ``name`` and
+``tool_call_id`` are strings; ``tool_calls`` is an array of objects.
+
+Nesting: orjson parses 1,024 levels of JSON but writes at most 254, and kvgate re-serializes
+parts of a body (prefix hashing of ``tools`` and ``tool_calls``, a renamed model, a
+continuation). A body nested deeper than :data:`MAX_JSON_DEPTH` levels is refused (400,
+``param`` = the top-level field holding the deepest value). The check counts brackets first
+(``bytes.count``, C speed) and walks the parsed body only when there are enough of them to
+reach the limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.errors import InvalidRequestError
+
+MAX_JSON_DEPTH = 128
+"""Deepest nesting of objects and arrays accepted in a request body (the body itself is level 1)."""
+
+_BOOL = (bool,)
+_STR = (str,)
+_OBJECT = (dict,)
+_ARRAY = (list,)
+
+# top-level field -> (accepted types, what to call them); ``int`` means an integer, not a bool
+TOP_LEVEL: dict[str, tuple[tuple[type, ...], str]] = {
+    "stream": (_BOOL, "a boolean"),
+    "stream_options": (_OBJECT, "an object"),
+    "user": (_STR, "a string"),
+    "prompt_cache_key": (_STR, "a string"),
+    "cache_salt": (_STR, "a string"),
+    "reasoning_effort": (_STR, "a string"),
+    "reasoning": (_OBJECT, "an object"),
+    "chat_template_kwargs": (_OBJECT, "an object"),
+    "thinking": (_OBJECT, "an object"),
+    "max_tokens": ((int,), "an integer"),
+    "max_completion_tokens": ((int,), "an integer"),
+    "n": ((int,), "an integer"),
+    "response_format": (_OBJECT, "an object"),
+    "tools": (_ARRAY, "an array of objects"),
+    "functions": (_ARRAY, "an array of objects"),
+    "tool_choice": ((str, dict), "a string or an object"),
+    "echo": (_BOOL, "a boolean"),
+    "continue_final_message": (_BOOL, "a boolean"),
+    "add_generation_prompt": (_BOOL, "a boolean"),
+}
+"""Top-level fields kvgate reads besides ``model``, ``messages`` and ``prompt``."""
+
+NESTED: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
+    "reasoning": {"effort": (_STR, "a string"), "enabled": (_BOOL, "a boolean")},
+    "chat_template_kwargs": {"enable_thinking": (_BOOL, "a boolean"), "thinking": (_BOOL, "a boolean")},
+    "thinking": {"type": (_STR, "a string")},
+    "response_format": {"type": (_STR, "a string")},
+}
+"""Fields kvgate reads inside the top-level objects above."""
+
+MESSAGE_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "name": (_STR, "a string"),
+    "tool_call_id": (_STR, "a string"),
+    "tool_calls": (_ARRAY, "an array of objects"),
+}
+
+
+def invalid_type(param: str, what: str, value: Any) -> InvalidRequestError:
+    """The 400 for ``param`` holding ``value`` where ``what`` was expected."""
+    return InvalidRequestError(f"Invalid type for '{param}': expected {what}, got {_kind(value)}.", param=param)
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer", float: "a number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _is(value: Any, kinds: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):
+        return bool in kinds
+    return isinstance(value, kinds)
+
+
+def check_field(container: dict[str, Any], name: str, rule: tuple[tuple[type, ...], str], param: str) -> None:
+    """Raise the 400 if ``container[name]`` is present, not null and not of ``rule``'s types."""
+    value = container.get(name)
+    if value is not None and not _is(value, rule[0]):
+        raise invalid_type(param, rule[1], value)
+
+
+def _objects(items: list[Any], param: str) -> None:
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise invalid_type(f"{param}[{index}]", "an object", item)
+
+
+def check_fields(body: dict[str, Any]) -> None:
+    """Type-check the optional top-level fields kvgate reads and the fields it reads inside them."""
+    for name, value in body.items():  # a body has few fields: walk them, not the table
+        rule = TOP_LEVEL.get(name)
+        if rule is None or value is None:
+            continue
+        if not _is(value, rule[0]):
+            raise invalid_type(name, rule[1], value)
+        fields = NESTED.get(name)
+        if fields is not None:
+            for field, inner in fields.items():
+                check_field(value, field, inner, f"{name}.{field}")
+        elif name in ("tools", "functions"):
+            _objects(value, name)
+
+
+def _check_content(content: Any, param: str) -> None:
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise invalid_type(param, "a string, null or an array of content parts", content)
+    for index, part in enumerate(content):
+        where = f"{param}[{index}]"
+        if not isinstance(part, dict):
+            raise invalid_type(where, "a content part object", part)
+        kind = part.get("type")
+        if not isinstance(kind, str):
+            raise invalid_type(f"{where}.type", "a string", kind)
+        if kind == "text" and not isinstance(part.get("text"), str):
+            raise invalid_type(f"{where}.text", "a string", part.get("text"))
+
+
+def check_messages(messages: Any) -> None:
+    """Chat ``messages`` (see the module docstring for the shapes)."""
+    if not isinstance(messages, list):
+        raise InvalidRequestError("Invalid type for 'messages': expected an array of objects.", param="messages")
+    if not messages:
+        raise InvalidRequestError("'messages' must contain at least one message.", param="messages")
+    for index, message in enumerate(messages):
+        param = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise InvalidRequestError(f"Invalid type for '{param}': expected an object.", param=param)
+        role = message.get("role")
+        if role is None:
+            raise InvalidRequestError(f"Missing required parameter: '{param}.role'.", param=f"{param}.role")
+        if not isinstance(role, str):
+            raise invalid_type(f"{param}.role", "a string", role)
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            _check_content(content, f"{param}.content")
+        if len(message) > 2:  # more than role and content
+            for name, rule in MESSAGE_FIELDS.items():
+                check_field(message, name, rule, f"{param}.{name}")
+            if isinstance(message.get("tool_calls"), list):
+                _objects(message["tool_calls"], f"{param}.tool_calls")
+
+
+def check_depth(raw: bytes, body: dict[str, Any], limit: int = MAX_JSON_DEPTH) -> None:
+    """Raise the 400 if ``body`` (parsed from ``raw``) nests deeper than ``limit`` levels."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return  # not enough brackets to reach the limit (strings may hold some: an over-count)
+    for name, value in body.items():
+        if isinstance(value, (dict, list)) and _deeper_than(value, limit - 1):
+            raise InvalidRequestError(
+                f"The request body nests JSON objects and arrays deeper than {limit} levels (in '{name}').", param=name
+            )
+
+
+def _deeper_than(root: dict[str, Any] | list[Any], limit: int) -> bool:
+    """Whether ``root`` (level 1) holds containers more than ``limit`` levels deep; iterative."""
+    stack: list[tuple[Any, int]] = [(root, 1)]
+    while stack:
+        value, level = stack.pop()
+        if level > limit:
+            return True
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
+    return False
