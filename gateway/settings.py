@@ -86,6 +86,22 @@ class ServerSettings(_Section):
     max_body_bytes: int = Field(
         32 * MiB, ge=1024, description="Largest accepted request body in bytes; larger gets 413."
     )
+    max_header_bytes: int = Field(
+        60 * 1024, ge=1024, description="Largest request line + headers in bytes (Envoy's default); larger gets 431."
+    )
+    max_headers: int = Field(100, ge=8, description="Most header fields per request (Envoy's default); more gets 431.")
+    header_timeout_s: float = Field(
+        60.0, gt=0, description="Connection open or a request's first byte -> end of its headers, seconds "
+        "(nginx client_header_timeout); later gets 408 and the connection closed."
+    )
+    body_timeout_s: float = Field(
+        60.0, gt=0, description="Longest silence between two reads of a request body, seconds (nginx "
+        "client_body_timeout); longer gets 408. Never applies to a response being streamed."
+    )
+    keepalive_s: float = Field(
+        5.0, gt=0, description="An idle keep-alive connection is closed after this, seconds (uvicorn's default; "
+        "nginx keepalive_timeout is 75)."
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = Field(False, description="Log one line per request (uvicorn's access log).")
     processes: int = Field(
