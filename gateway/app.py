@@ -219,6 +219,7 @@ def create_app(
             await client.aclose()
 
     app = GatewayApp(title="kvgate", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    app.router.redirect_slashes = False  # Starlette's 307 built its Location from the client's Host header: 404 instead
     app.state.container = container
     app.state.routing = routing
     app.router.routes.extend(openai.routes)

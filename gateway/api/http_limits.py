@@ -27,6 +27,10 @@ reading (flow control) or has not yet sent ``100 Continue``, and no timer runs o
 read, so a long healthy stream (or a slow endpoint) is never cut. Both doors (the raw inference
 door of ``api/server.py`` and the ASGI app) sit behind this protocol, so both are bounded.
 
+kvgate has no WebSocket API: a WebSocket ``Upgrade`` (any method), or any ``Upgrade`` on a
+request that is not ``GET``/``HEAD`` (whose body llhttp would stop parsing), gets 400 and the
+connection is closed; an ``Upgrade: h2c`` on a ``GET`` is ignored and answered over HTTP/1.1.
+
 The head is measured as it arrives: past ``max_header_bytes`` of an unfinished head the
 connection is answered at once (at most one read, 256 KiB, is held beyond the limit), and a head
 that completes within one read is measured exactly. Errors are OpenAI-shaped JSON.
@@ -41,6 +45,7 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from gateway.api.middleware import new_request_id
 from gateway.errors import InvalidRequestError
 
 KiB = 1024
@@ -74,10 +79,11 @@ def _error(status: int, code: str, message: str) -> bytes:
     body = error.body()
     return b"".join((
         STATUS_LINE[status], b"content-type: application/json\r\ncontent-length: ", str(len(body)).encode(),
-        b"\r\nconnection: close\r\n\r\n", body,
+        b"\r\nx-request-id: ", new_request_id(), b"\r\nconnection: close\r\n\r\n", body,
     ))
 
 
+_NO_UPGRADE = "kvgate serves HTTP/1.1 only: no WebSocket and no protocol upgrade on a request with a body."
 _TOO_LARGE = "Request header fields too large: at most {} bytes in {} fields (server.max_header_bytes, server.max_headers)."
 
 
@@ -166,6 +172,11 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """
         if self._head_exact > self.limits.max_header_bytes:
             self._refusal = self._too_large()
+            raise _Refused()
+        if self.parser.should_upgrade() and (
+            self._get_upgrade() == b"websocket" or self.parser.get_method() not in (b"GET", b"HEAD")
+        ):
+            self._refusal = _error(400, "upgrade_not_supported", _NO_UPGRADE)
             raise _Refused()
         self._in_head = False
         self._head_bytes = 0
