@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from gateway.api.openapi import install_openapi
 from gateway.api.middleware import RequestIdMiddleware
 from gateway.endpoints.health import HealthChecker
 from gateway.endpoints.registry import EndpointRegistry
-from gateway.endpoints.allowlist import Resolver, system_resolver
+from gateway.endpoints.allowlist import ConnectGuard, Resolver, system_resolver
 from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, NotFoundError
 from gateway.observability.metrics import GatewayMetrics
 from gateway.operations import Operations
@@ -106,6 +106,14 @@ async def _on_unexpected(request: Request, error: Exception) -> Response:
     return _error_response(GatewayError("The gateway had an internal error. It has been logged.", headers=headers))
 
 
+def _admin_urls(registry: EndpointRegistry) -> Iterator[str]:
+    """The base and health URLs of the endpoints added through the admin API (restricted origins)."""
+    for endpoint in registry:
+        if endpoint.source == "admin":
+            yield endpoint.spec.base_url
+            yield endpoint.spec.effective_health_url()
+
+
 def create_app(
     settings: Settings,
     *,
@@ -129,7 +137,8 @@ def create_app(
         tracer_provider: spans go here (tests); default: from ``[tracing]`` (None when off).
         wall_clock: Unix time in seconds, for quota windows and usage days (injected for tests).
         redis: a ``redis.asyncio`` client for the shared state (tests); default: from ``[state]``.
-        resolver: host name -> addresses, for the admin API's endpoint allow-list.
+        resolver: host name -> addresses, for the admin API's endpoint allow-list (at registration
+            and on every new connection to an admin-added endpoint).
 
     Raises:
         ConfigError: an endpoint's ``api_key_env`` is not set.
@@ -155,8 +164,12 @@ def create_app(
         resolver=resolver,
     )
     container.metrics.watch_endpoints(lambda: container.registry)
+    guard = ConnectGuard(
+        lambda: _admin_urls(container.registry), lambda: container.settings.admin.allowed_networks, resolver
+    )
     routing = RoutingRuntime(
-        settings.routing, settings.state, container.registry, metrics_registry=container.metrics.registry, clock=clock
+        settings.routing, settings.state, container.registry, metrics_registry=container.metrics.registry, clock=clock,
+        guard=guard,
     )
     container.selector = RouteSelector(
         settings=lambda: container.settings,
@@ -175,9 +188,9 @@ def create_app(
         if upstream is not None:
             client: Upstream = upstream
         elif settings.upstream.client == "aiohttp":
-            client = AiohttpUpstream(settings.upstream)
+            client = AiohttpUpstream(settings.upstream, guard)
         else:
-            client = NativeUpstream(settings.upstream)
+            client = NativeUpstream(settings.upstream, guard)
         container.upstream = client
         traced = container.ops.wrap_upstream(client)
         container.proxy = Proxy(
@@ -207,6 +220,7 @@ def create_app(
             await client.aclose()
 
     app = GatewayApp(title="kvgate", version=__version__, lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    app.router.redirect_slashes = False  # Starlette's 307 built its Location from the client's Host header: 404 instead
     app.state.container = container
     app.state.routing = routing
     app.router.routes.extend(openai.routes)

@@ -282,9 +282,12 @@ class Proxy:
             raise _Retry(_named(endpoint, error), "timeout") from None
         except UpstreamError as error:
             raise _Retry(_named(endpoint, error), "connect") from None
-        if response.status < 400:
+        if response.status < 300:
             return response
         raw = await self._read(endpoint, response)
+        if response.status < 400:  # a redirect is never followed nor relayed: the prompt stays put
+            message = f"Upstream endpoint '{endpoint.name}' answered a redirect (HTTP {response.status}); kvgate does not follow redirects."
+            raise _Retry(UpstreamError(message), f"http_{response.status}")
         kept = failover.rate_limit_headers(response.headers)
         if failover.is_client_error(response.status):
             raise UpstreamClientError(response.status, raw, kept)

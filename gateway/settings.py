@@ -35,6 +35,45 @@ class ConfigError(ValueError):
     """The configuration is invalid; the message names every bad key (dotted path)."""
 
 
+def endpoint_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an endpoint's URL (or health URL), or None if it can.
+
+    An endpoint URL is ``http`` or ``https``, has a host and a valid port, and is printable
+    ASCII: a request line and a ``Host`` header carry it as is, so anything else (a raw
+    non-ASCII byte, a space or a control character) must be percent-encoded (RFC 3986; an
+    internationalised host name in its ``xn--`` form).
+    """
+    if not url.isascii() or not url.isprintable() or " " in url:
+        return "must be printable ASCII (percent-encode other characters, RFC 3986)"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError on a bad port)
+    except ValueError:
+        return "is not a valid URL"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http(s) URL with a host"
+    return None
+
+
+def redact_url(url: str) -> str:
+    """``url`` safe to show in messages and views: user info and query values become ``***``.
+
+    ``http://user:secret@host/v1?token=abc`` -> ``http://***@host/v1?token=***``. A value that
+    does not parse as a URL is cut to its scheme and ``...``.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.split(":", 1)[0] + ":..."
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = "&".join(
+        (item.split("=", 1)[0] + "=***") if "=" in item else "***" for item in parts.query.split("&")
+    ) if parts.query else ""
+    return parts._replace(netloc=netloc, query=query).geturl()
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -46,6 +85,22 @@ class ServerSettings(_Section):
     port: int = Field(8080, ge=1, le=65535, description="TCP port.")
     max_body_bytes: int = Field(
         32 * MiB, ge=1024, description="Largest accepted request body in bytes; larger gets 413."
+    )
+    max_header_bytes: int = Field(
+        60 * 1024, ge=1024, description="Largest request line + headers in bytes (Envoy's default); larger gets 431."
+    )
+    max_headers: int = Field(100, ge=8, description="Most header fields per request (Envoy's default); more gets 431.")
+    header_timeout_s: float = Field(
+        60.0, gt=0, description="Connection open or a request's first byte -> end of its headers, seconds "
+        "(nginx client_header_timeout); later gets 408 and the connection closed."
+    )
+    body_timeout_s: float = Field(
+        60.0, gt=0, description="Longest silence between two reads of a request body, seconds (nginx "
+        "client_body_timeout); longer gets 408. Never applies to a response being streamed."
+    )
+    keepalive_s: float = Field(
+        5.0, gt=0, description="An idle keep-alive connection is closed after this, seconds (uvicorn's default; "
+        "nginx keepalive_timeout is 75)."
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = Field(False, description="Log one line per request (uvicorn's access log).")
@@ -202,9 +257,9 @@ class EndpointSettings(_Section):
     def _http_url(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"must be an http(s) URL with a host, got {value!r}")
+        problem = endpoint_url_problem(value)
+        if problem is not None:
+            raise ValueError(f"{problem}, got {redact_url(value)!r}")
         return value.rstrip("/")
 
 

@@ -10,7 +10,7 @@ Routes (more are added by feature routers that depend on :func:`require_admin`:
         managed), health, circuit state, draining, in-flight, weight, last error, mean latency
         and prefix-index size.
     ``POST /admin/endpoints``: add one; its URL must resolve inside ``admin.allowed_networks``
-        (``gateway/endpoints/allowlist.py``).
+        and not be the gateway itself (``gateway/endpoints/allowlist.py``).
     ``DELETE /admin/endpoints/NAME``: remove (requests in flight finish).
     ``PATCH /admin/endpoints/NAME`` (``weight``, ``draining``), ``POST .../drain``, ``.../undrain``.
     ``POST /admin/endpoints/NAME/reset``: drop the admin changes to a config endpoint.
@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.endpoints.allowlist import check_url, parse_networks
 from gateway.errors import AuthenticationError, ConflictError, InvalidRequestError, NotFoundError
+from gateway.settings import redact_url
 
 _NO_ENDPOINT = {"description": "No such endpoint"}
 _UNAUTHORIZED = {401: {"description": "Missing or wrong admin key"}, 404: {"description": "Admin API disabled"}}
@@ -78,7 +79,7 @@ def endpoint_view(
     return {
         "name": endpoint.name,
         "cluster": endpoint.spec.cluster,
-        "url": endpoint.spec.base_url,
+        "url": redact_url(endpoint.spec.base_url),  # a config URL may carry user:password@
         "model": endpoint.spec.served_model,
         "source": endpoint.source,
         "health": endpoint.health.value,
@@ -151,9 +152,13 @@ async def add_endpoint(request: Request, body: EndpointCreate) -> dict[str, Any]
     if container.registry.find(body.name) is not None or body.name in _config_names(runtime.settings):
         raise ConflictError(f"An endpoint named '{body.name}' exists (or is a removed config endpoint: reset it).", param="name")
     networks = parse_networks(runtime.settings.admin.allowed_networks)
-    await check_url(body.url, networks, container.ops.resolver, "url")
+    server = runtime.settings.server
+    listeners = [(server.host, server.port)]
+    if request.scope.get("server"):
+        listeners.append(tuple(request.scope["server"]))  # the address this admin request came in on
+    await check_url(body.url, networks, container.ops.resolver, "url", listeners)
     if body.health_url:
-        await check_url(body.health_url, networks, container.ops.resolver, "health_url")
+        await check_url(body.health_url, networks, container.ops.resolver, "health_url", listeners)
     spec = body.model_dump()
     spec["url"] = body.url.rstrip("/")
     await runtime.write("endpoints", body.name, {"spec": spec})

@@ -23,6 +23,9 @@ The same semantics as the ASGI fast path in ``api/fastpath.py``: ``x-request-id`
 other exception logged and answered with an OpenAI-shaped 500 (or the connection closed when the
 answer had started).
 
+The protocol is bounded by ``[server]``'s header, timeout and keep-alive limits
+(:class:`~gateway.api.http_limits.LimitedHttpProtocol`), whichever door a request takes.
+
 Built on uvicorn internals (``HttpToolsProtocol``, ``RequestResponseCycle``; uvicorn is pinned
 below 1.0 in ``pyproject.toml``); :func:`uvicorn_config` falls back to uvicorn's own protocol if
 they ever change shape, and ``tests/integration`` runs every test through this protocol.
@@ -36,9 +39,10 @@ import types
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
 from gateway.api.fastpath import FAST_PATHS, GatewayApp
+from gateway.api.http_limits import LimitedHttpProtocol
 from gateway.api.middleware import incoming_request_id, new_request_id
 from gateway.api.openai import check_body_size, handle_inference
 from gateway.errors import GatewayError
@@ -189,10 +193,11 @@ class InferenceCycle(RequestResponseCycle):
         self.on_response()
 
 
-class KvgateHttpProtocol(HttpToolsProtocol):
+class KvgateHttpProtocol(LimitedHttpProtocol):
     """uvicorn's httptools protocol with inference served by :class:`InferenceCycle` (module doc)."""
 
     def on_headers_complete(self) -> None:
+        self.check_head()  # the [server] header limits (api/http_limits.py)
         gateway = self.config.app
         operation = _FAST_URLS.get(self.url) if isinstance(gateway, GatewayApp) and gateway.fast_path else None
         if (
@@ -251,5 +256,14 @@ class KvgateHttpProtocol(HttpToolsProtocol):
 
 
 def uvicorn_config(app: Any, **kwargs: Any) -> uvicorn.Config:
-    """``uvicorn.Config(app, **kwargs)`` serving HTTP with :class:`KvgateHttpProtocol`."""
+    """``uvicorn.Config(app, **kwargs)`` serving HTTP with :class:`KvgateHttpProtocol`.
+
+    The idle keep-alive limit is ``server.keepalive_s`` of ``app``'s settings (uvicorn's
+    ``timeout_keep_alive``) unless ``kwargs`` sets it; the other limits are read by the protocol
+    (``api/http_limits.py``).
+    """
+    try:
+        kwargs.setdefault("timeout_keep_alive", app.state.container.settings.server.keepalive_s)
+    except AttributeError:
+        pass
     return uvicorn.Config(app, http=KvgateHttpProtocol, **kwargs)

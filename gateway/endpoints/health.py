@@ -9,6 +9,9 @@ text completion of one token (``max_tokens: 1``, greedy) on the endpoint's serve
 ``/completions`` rather than chat so that no chat template or reasoning parser is involved; a
 reasoning model answers it like any other. Its answer must be 200 with a ``choices`` array.
 
+Checks are independent: an endpoint whose check raises anything (a URL that slipped past
+validation, a bug) is counted as failing its check and logged; the others go on being checked.
+
 Each check also judges progress from the latest scraped engine metrics (``endpoints/stall.py``):
 an endpoint whose requests run but whose generated-token counter has not moved for
 ``health.stall_s`` seconds is marked stalled and takes no new requests until it moves again.
@@ -65,6 +68,9 @@ class HealthChecker:
                 ok, reason = await self._generate(endpoint)
         except GatewayError as error:
             ok, reason = False, error.message
+        except Exception as error:  # never let one endpoint's fault stop the checks of the others
+            log.exception("health check of %s failed", endpoint.name)
+            ok, reason = False, f"health check failed ({type(error).__name__})"
         endpoint.record_check(ok, None if ok else reason)
         self._judge_progress(endpoint)
         self._metrics.healthy.labels(endpoint.name).set(1 if endpoint.health is Health.HEALTHY else 0)
@@ -102,10 +108,17 @@ class HealthChecker:
         return True, "ok"
 
     async def check_all(self) -> None:
-        await asyncio.gather(*(self.check(endpoint) for endpoint in self._registry))
+        """One check of every endpoint, concurrently; one endpoint's failure never stops another's."""
+        results = await asyncio.gather(*(self.check(endpoint) for endpoint in self._registry), return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception):
+                log.error("health check failed", exc_info=result)
 
     async def run(self) -> None:
         """Check forever (until cancelled)."""
         while True:
-            await self.check_all()
+            try:
+                await self.check_all()
+            except Exception:  # e.g. the registry changed shape mid-iteration: next round
+                log.exception("health check round failed")
             await self._sleep(self._settings.interval_s)

@@ -1,7 +1,8 @@
 """[io] The metrics scraper: ``GET`` each endpoint's ``/metrics`` on an interval into the stats board.
 
 The URL is the origin of the endpoint's base URL plus ``/metrics`` (vLLM and SGLang serve it
-there). Each endpoint is scraped concurrently, bounded by ``routing.scrape.timeout_s``; a failed
+there); a redirect is never followed and an admin-added endpoint is connected to only inside
+``admin.allowed_networks`` (``endpoints/allowlist.py``). Each endpoint is scraped concurrently, bounded by ``routing.scrape.timeout_s``; a failed
 scrape keeps the previous entry, which ages into staleness. The text is parsed by the pure
 :func:`~gateway.endpoints.metrics_parse.parse_engine_stats`. When a scrape shows the engine
 restarted (:func:`~gateway.endpoints.metrics_parse.restarted`), ``on_restart`` runs before the
@@ -18,6 +19,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from gateway.endpoints.allowlist import ConnectGuard, GuardedResolver
 from gateway.endpoints.metrics_parse import EngineStats, parse_engine_stats, restarted
 from gateway.endpoints.model import Endpoint
 from gateway.endpoints.registry import EndpointRegistry
@@ -39,11 +41,13 @@ def metrics_url(endpoint: Endpoint) -> str:
 class AiohttpFetch:
     """The production :data:`Fetch`: its own small aiohttp session (create inside the event loop)."""
 
-    def __init__(self) -> None:
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=16))
+    def __init__(self, guard: ConnectGuard | None = None) -> None:
+        resolver = GuardedResolver(guard) if guard is not None else None
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=16, resolver=resolver, use_dns_cache=guard is None))
 
     async def __call__(self, url: str, timeout_s: float) -> str:
-        async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with self._session.get(url, timeout=timeout, allow_redirects=False) as response:  # a 3xx fails
             if response.status != 200:
                 raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
             return await response.text()
@@ -85,6 +89,10 @@ class MetricsScraper:
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as error:
             self._metrics.scrape_failures.labels(endpoint.name).inc()
             log.debug("scrape of %s failed: %s", endpoint.name, error)
+            return None
+        except Exception:  # never let one endpoint stop the scrapes of the others
+            self._metrics.scrape_failures.labels(endpoint.name).inc()
+            log.exception("scrape of %s failed", endpoint.name)
             return None
         stats = parse_engine_stats(text)
         if stats is None:

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.endpoints.model import Endpoint
 from gateway.endpoints.registry import EndpointRegistry
+from gateway.endpoints.allowlist import ConnectGuard
 from gateway.endpoints.scraper import AiohttpFetch, Fetch, MetricsScraper
 from gateway.endpoints.stats import Scrape, StatsBoard
 from gateway.prefix.hashing import PromptHasher
@@ -52,6 +53,7 @@ class RoutingRuntime:
         self, routing: RoutingSettings, state: StateSettings, registry: EndpointRegistry, *,
         metrics_registry: CollectorRegistry, clock: Callable[[], float] = time.perf_counter,
         rng: random.Random | None = None, fetch: Fetch | None = None, store: StateStore | None = None,
+        guard: ConnectGuard | None = None,
     ) -> None:
         self.settings = routing
         self.metrics = RoutingMetrics(metrics_registry)
@@ -62,6 +64,7 @@ class RoutingRuntime:
         self.hasher = PromptHasher(routing.index.block_bytes, routing.index.max_blocks)
         self._clock = clock
         self._fetch = fetch
+        self._guard = guard  # admin.allowed_networks on the scraper's connections
         self._owned_fetch: AiohttpFetch | None = None
         self._task: asyncio.Task[None] | None = None
         self.scheduler: Scheduler
@@ -95,7 +98,7 @@ class RoutingRuntime:
         if self.uses_profile and self.settings.scrape.enabled:
             fetch = self._fetch
             if fetch is None:
-                fetch = self._owned_fetch = AiohttpFetch()
+                fetch = self._owned_fetch = AiohttpFetch(self._guard)
             self._task = asyncio.create_task(self.scraper(fetch).run())
 
     async def stop(self) -> None:

@@ -6,6 +6,10 @@ and kept alive (``upstream.pool_size``, ``upstream.keepalive_s``); aiohttp sets 
 every connection it opens (``aiohttp.base_protocol``), so small SSE writes are not delayed by
 Nagle's algorithm.
 
+Redirects are never followed (``allow_redirects=False``: an endpoint must not send a client's
+prompt elsewhere); with a :class:`~gateway.endpoints.allowlist.ConnectGuard` an admin-added
+endpoint's host resolves only to addresses inside ``admin.allowed_networks``.
+
 aiohttp's exceptions are translated here, and only here, into the gateway's error tree:
 connection refused, reset or closed early -> :class:`~gateway.errors.UpstreamError` (502);
 timeouts -> :class:`~gateway.errors.UpstreamTimeoutError` (504).
@@ -20,6 +24,7 @@ from typing import Protocol
 
 import aiohttp
 
+from gateway.endpoints.allowlist import ConnectGuard, GuardedResolver
 from gateway.errors import UpstreamError, UpstreamTimeoutError
 from gateway.settings import UpstreamSettings
 from gateway.upstream.decoding import decoded
@@ -120,8 +125,10 @@ class _AiohttpResponse:
 class AiohttpUpstream:
     """The production :class:`Upstream`. Create inside a running event loop."""
 
-    def __init__(self, settings: UpstreamSettings) -> None:
+    def __init__(self, settings: UpstreamSettings, guard: ConnectGuard | None = None) -> None:
         connector = aiohttp.TCPConnector(
+            resolver=GuardedResolver(guard) if guard is not None else None,
+            use_dns_cache=guard is None,  # guarded: each new connection resolves (and is checked) afresh
             limit=settings.pool_size,
             limit_per_host=0,
             keepalive_timeout=settings.keepalive_s or None,
@@ -142,14 +149,14 @@ class AiohttpUpstream:
         if timeout is None:
             timeout = self._timeouts.setdefault(connect_timeout_s, aiohttp.ClientTimeout(sock_connect=connect_timeout_s))
         try:
-            response = await self._session.post(url, data=body, headers=headers, timeout=timeout)
+            response = await self._session.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False)
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:
             raise _translate(error, url) from None
         return decoded(_AiohttpResponse(response, url))  # a compressed answer is decoded
 
     async def probe(self, url: str, timeout_s: float) -> int:
         try:
-            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s), allow_redirects=False) as response:
                 await response.read()
                 return response.status
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:

@@ -33,6 +33,9 @@ Semantics (those of :class:`~gateway.upstream.client.Upstream`):
   endpoint (TCP back-pressure) until the reader catches up.
 * ``https://`` endpoints use TLS with the system's CA store (``ssl.create_default_context``).
 * A compressed answer (``Content-Encoding``) is decoded as it arrives (``gateway/upstream/decoding.py``).
+* Redirects are never followed (a 3xx is an answer like any other); with a
+  :class:`~gateway.endpoints.allowlist.ConnectGuard`, an admin-added endpoint's connection goes
+  only to an address inside ``admin.allowed_networks``.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from gateway.deadlines import deadline
+from gateway.endpoints.allowlist import ConnectGuard
 from gateway.errors import UpstreamError, UpstreamTimeoutError
 from gateway.settings import UpstreamSettings
 from gateway.upstream.client import UpstreamResponse
@@ -82,9 +86,12 @@ class _Target:
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query
-        self.path = path.encode("ascii")
         host = f"[{self.host}]" if ":" in self.host else self.host
-        self.host_header = (host if self.port == default_port else f"{host}:{self.port}").encode("ascii")
+        try:  # a URL that skipped validation (config and admin API refuse non-ASCII): an endpoint failure
+            self.path = path.encode("ascii")
+            self.host_header = (host if self.port == default_port else f"{host}:{self.port}").encode("ascii")
+        except UnicodeEncodeError:
+            raise UpstreamError("unsupported endpoint URL") from None
 
 
 class _Connection(asyncio.Protocol):
@@ -307,8 +314,9 @@ class _Response:
 class NativeUpstream:
     """The production :class:`~gateway.upstream.client.Upstream` (see the module doc). Create inside a running loop."""
 
-    def __init__(self, settings: UpstreamSettings) -> None:
+    def __init__(self, settings: UpstreamSettings, guard: ConnectGuard | None = None) -> None:
         self._loop = asyncio.get_running_loop()
+        self._guard = guard
         self._limit = settings.pool_size
         self._keepalive_s = settings.keepalive_s
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
@@ -405,9 +413,10 @@ class NativeUpstream:
         self._open.add(conn)  # holds the slot while connecting
         try:
             with deadline(connect_timeout_s):
+                host = target.host if self._guard is None else await self._guard.address_for(target.host, target.port)
                 await self._loop.create_connection(
                     lambda: conn,
-                    target.host,
+                    host,
                     target.port,
                     ssl=_ssl_context() if target.tls else None,
                     server_hostname=target.host if target.tls else None,

@@ -1,0 +1,174 @@
+"""How long does one large request body stall the gateway's event loop? A table, body size vs stall.
+
+Runs the real gateway (``create_app`` + kvgate's own protocol) in this process's event loop next to
+a ticker task that wakes every millisecond and records the longest gap between two wakeups (the
+loop could serve nothing else during it). A fake upstream (aiohttp, its own process) answers every
+chat request with a small completion. A client thread sends one request at a time over a raw
+socket (pre-built bytes, so the client holds the GIL as little as possible) and the stall is the
+longest ticker gap while that request was in flight; each size is sent ``--rounds`` times and the
+median and worst are printed.
+
+Two body shapes: ``one-message`` (one user message of that size) and ``many-messages`` (1 KiB
+messages adding up to that size: many more JSON values to build). ``--basic`` routes with
+``least-in-flight`` (no prefix hashing), to see what the parse and the forwarding cost alone;
+``--thread-parse`` adds the figure that decides whether ``asyncio.to_thread`` could help: the
+longest main-thread gap while ``orjson.loads`` runs in a worker thread, next to the inline parse::
+
+    .venv/bin/python bench/body_stall.py [--sizes 1,8,16,30] [--rounds 3] [--basic] [--thread-parse]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import orjson
+import uvicorn
+
+from gateway.api.server import uvicorn_config
+from gateway.app import create_app
+from gateway.settings import build_settings
+
+MiB = 1024 * 1024
+UPSTREAM = """
+import sys
+from aiohttp import web
+BODY = b'{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}'
+async def chat(request):
+    await request.read()
+    return web.Response(body=BODY, content_type="application/json")
+app = web.Application(client_max_size=64 * 1024 * 1024)
+app.router.add_post("/v1/chat/completions", chat)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def body_of(shape: str, size: int) -> bytes:
+    if shape == "one-message":
+        messages = [{"role": "user", "content": "x" * size}]
+    else:
+        messages = [{"role": "user", "content": "y" * 1000} for _ in range(size // 1024)]
+    return orjson.dumps({"model": "m", "messages": messages, "max_tokens": 1})
+
+
+def send(port: int, body: bytes) -> int:
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: kvgate\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(head + body)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return int(answer.split(b" ", 2)[1])
+
+
+class Ticker:
+    """The longest gap between two wakeups of a 1 ms sleeper, since the last reset."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+
+    async def run(self) -> None:
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            self.worst = max(self.worst, now - last - 0.001)
+            last = now
+
+
+async def main(args: argparse.Namespace) -> None:
+    upstream_port, port = _free_port(), _free_port()
+    upstream = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(upstream_port)])
+    server_section: dict[str, Any] = {"max_body_bytes": 64 * MiB}
+    settings = build_settings({
+        "server": server_section,
+        "routing": {"policy": "least-in-flight"} if args.basic else {},
+        "clusters": {"pool": {"endpoints": [{"url": f"http://127.0.0.1:{upstream_port}/v1", "model": "m"}]}},
+        "models": {"m": {"cluster": "pool"}},
+    })
+    app = create_app(settings, health_checks=False)
+    server = uvicorn.Server(uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    for _ in range(300):  # the upstream process starts
+        try:
+            socket.create_connection(("127.0.0.1", upstream_port), timeout=1).close()
+            break
+        except OSError:
+            await asyncio.sleep(0.1)
+    ticker = Ticker()
+    ticking = asyncio.create_task(ticker.run())
+    rows = []
+    try:
+        for shape in ("one-message", "many-messages"):
+            for size_mib in args.sizes:
+                body = body_of(shape, size_mib * MiB)
+                stalls = []
+                for _ in range(args.rounds):
+                    await asyncio.sleep(0.05)
+                    ticker.worst = 0.0
+                    status = await asyncio.to_thread(send, port, body)
+                    stalls.append(ticker.worst)
+                    if status != 200:
+                        raise SystemExit(f"{shape} {size_mib} MiB: HTTP {status}")
+                rows.append((shape, size_mib, statistics.median(stalls), max(stalls)))
+    finally:
+        ticking.cancel()
+        server.should_exit = True
+        await serving
+        upstream.terminate()
+    print(f"\nloop stall per request, {args.rounds} rounds, policy {settings.routing.policy}")
+    print(f"{'shape':<15}{'body MiB':>9}{'median ms':>11}{'worst ms':>10}")
+    for shape, size_mib, median, worst in rows:
+        print(f"{shape:<15}{size_mib:>9}{median * 1000:>11.1f}{worst * 1000:>10.1f}")
+    if args.thread_parse:
+        print(f"\n{'shape':<15}{'body MiB':>9}{'inline parse ms':>17}{'gap, parse in a thread ms':>27}")
+        for shape in ("one-message", "many-messages"):
+            for size_mib in args.sizes:
+                inline, threaded = thread_parse_gap(body_of(shape, size_mib * MiB))
+                print(f"{shape:<15}{size_mib:>9}{inline * 1000:>17.1f}{threaded * 1000:>27.1f}")
+
+
+def thread_parse_gap(body: bytes) -> tuple[float, float]:
+    """(inline orjson.loads seconds, longest main-thread gap while a worker thread parses ``body``)."""
+    started = time.perf_counter()
+    orjson.loads(body)
+    inline = time.perf_counter() - started
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (orjson.loads(body), done.set()))
+    worst, last = 0.0, time.perf_counter()
+    worker.start()
+    while True:  # at least one sleep after the start: a parse that holds the GIL shows as one long gap
+        time.sleep(0.001)
+        now = time.perf_counter()
+        worst, last = max(worst, now - last - 0.001), now
+        if done.is_set():
+            break
+    worker.join()
+    return inline, worst
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=lambda text: [int(part) for part in text.split(",")], default=[1, 8, 16, 30])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--thread-parse", action="store_true", help="also: orjson.loads in a thread vs inline")
+    parser.add_argument("--basic", action="store_true", help="least-in-flight routing (no prefix hashing)")
+    asyncio.run(main(parser.parse_args()))
