@@ -15,7 +15,9 @@ describe the task, never the text's shape (no length buckets, no digit counts):
 * ``cue:GROUP``: a word or word pair of the ask from one of the cue lexicons (:data:`CUES`), in
   English and Indonesian, affixed forms listed explicitly (``buktikan``, ``membuktikan``);
   ``verb:GROUP``: the group of the ask's *first* cue, the request verb (``Write a letter to
-  prove ...`` is ``verb:create``).
+  prove ...`` is ``verb:create``); ``cues:heavy`` (a cue of a heavy group), else ``cues:light``
+  (only light groups, :data:`LIGHT_GROUPS`), else ``cues:none``; ``lead:WORD``: the ask's first
+  word that is no function word (``what``, ``why``, ``tolong``: the kind of request).
 * ``doc:KIND``: what is supplied (``code``, ``trace``, ``table``, ``prose``; ``doc:none``), and
   ``verb:GROUP+doc``: the request verb together with supplied material (summarize + document is
   light; why + traceback is not).
@@ -77,20 +79,28 @@ CUES: dict[str, str] = _lexicon({
         chance, expected, remainder, divisible, factorial, prime, primes, recurrence, asymptotic,
         derivative, compounded, geometric, arithmetic, real solutions, arrangements, ways, selesaikan,
         penyelesaian, persamaan, peluang, probabilitas, sisa pembagian, habis dibagi, faktorial, prima,
-        rekurens, turunan, dimajemukkan, barisan, deret, kuadrat sempurna, bilangan bulat, susunan""",
+        rekurens, turunan, dimajemukkan, barisan, deret, kuadrat sempurna, bilangan bulat, susunan,
+        angle, sudut, last digit, angka satuan, smallest, terkecil, largest, terbesar, trailing zeros""",
     "quant": """how many, how much, how long, how fast, when do, berapa, berapa banyak, berapa lama,
-        hitung, hitunglah, menghitung, tentukan, carilah, percent, persen, rate, laju""",
+        hitung, hitunglah, menghitung, tentukan, carilah, percent, persen, rate, laju, twice, times as,
+        dua kali, kali lipat, per day, per hari, cheaper, cheapest, termurah, lebih hemat""",
+    "logic": """puzzle, riddle, brain teaser, teka teki, knights, knaves, ksatria, penipu, liar, lies,
+        truth, who owns, siapa punya, weighings, menimbang, guards, penjaga, switches, saklar, urutannya,
+        consecutive, berturut, berjajar, that right, benarkah, apakah benar, what if, bagaimana jika""",
     "code": """function, functions, code, query, sql, thread, threads, lock, locks, python, react, node,
         algorithm, complexity, array, arrays, linked list, graph, cache, database, api, server, def,
         implement, refactor, fungsi, kode, algoritma, kompleksitas, kueri, basis data, implementasikan""",
     "debug": """bug, bugs, crash, crashes, crashing, deadlock, hang, hangs, leak, leaks, wrong, breaks,
         fails, failing, infinite loop, root cause, race, intermittently, stuck, salah, galat, gagal,
-        macet, bocor, penyebabnya, penyebab, race condition, debug""",
+        macet, bocor, penyebabnya, penyebab, race condition, debug, something is, is off,
+        tests pass, intermittent, sesekali, kadang""",
     "plan": """plan, schedule, design, trade off, trade offs, tradeoffs, constraint, constraints,
         critical path, shortest, minimum number, optimal, budget, compare, weigh, migrate, rollback,
         roll back, strategy, allocate, prioritise, prioritize, rencanakan, rencana, jadwalkan, jadwal,
         rancang, rancanglah, desain, jalur kritis, tercepat, anggaran, bandingkan, timbang, rekomendasi,
-        strategi, susun, atur, prioritas, rekomendasikan""",
+        strategi, susun, atur, prioritas, rekomendasikan, consider, pertimbangkan, mending, worth,
+        layak, should we, sebaiknya, lebih baik, is better, mana yang, choose, pilih, decide,
+        putuskan""",
     "why": """why, explain why, reason, reasoning, justify, assumption, assumptions, estimate, step by,
         carefully, whether, confounders, significant, paradox, consequences, contradictions,
         implications, risk, risks, analyze, analyse, analysis, mengapa, kenapa, alasannya, alasan,
@@ -113,6 +123,8 @@ CUES: dict[str, str] = _lexicon({
         apa itu, apa arti, artinya, siapa, ibu kota, singkatan""",
 })
 """Cue word or word pair -> group."""
+LIGHT_GROUPS = frozenset({"transform", "create", "chat", "fact"})
+"""Cue groups of light tasks; the others (proof, math, quant, logic, code, debug, plan, why) are heavy."""
 
 
 def words(text: str) -> list[str]:
@@ -215,10 +227,15 @@ def ask_features(ask: str) -> set[str]:
     features.update(pairs)
     cues = CUES.keys() & (features | set(tokens))
     features.update(["cue:" + CUES[entry] for entry in cues])
+    groups = {CUES[entry] for entry in cues}
+    features.add("cues:heavy" if groups - LIGHT_GROUPS else "cues:light" if groups else "cues:none")
     if cues:
         verb = _first_cue(tokens, cues)
         if verb is not None:
             features.add("verb:" + CUES[verb])
+    lead = next((token for token in tokens if token not in STOPWORDS), None)
+    if lead is not None:
+        features.add("lead:" + lead)
     return features
 
 
