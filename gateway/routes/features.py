@@ -49,8 +49,8 @@ _TOKEN = re.compile(r"[^\W\d_]+|[=^*/+<>%]")
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _QUOTED = re.compile(r'"""(.*?)(?:"""|\Z)|^-{3,}\s*$(.*?)(?:^-{3,}\s*$|\Z)', re.S | re.M)
 _BLOCKS = re.compile(r"\n[ \t]*\n")
-_TRACE = re.compile(r"Traceback \(most recent|^\s+File \"|^\s+at \S+\(|^\w[\w.]*(?:Error|Exception)\b|^fatal error:|^goroutine \d",
-                    re.M)
+_TRACE = re.compile(r'\n(?:[ \t]+File "|[ \t]+at \S+\(|\w[\w.]*(?:Error|Exception)\b|fatal error:|goroutine \d)')
+"""A traceback line; it starts with a newline so that the engine skips ahead to line starts."""
 _SENTENCE_END = re.compile(r"[.?!:\n]")
 
 STOPWORDS = frozenset("""
@@ -134,7 +134,7 @@ def words(text: str) -> list[str]:
 
 def _supplied_kind(block: str) -> str | None:
     """``trace``, ``table`` or ``prose`` when ``block`` is supplied material, else None (part of the ask)."""
-    if _TRACE.search(block):
+    if "Traceback (most recent" in block or _TRACE.search("\n" + block):
         return "trace"
     lines = block.count("\n") + 1
     if lines >= 3 and (block.count("|") >= 2 * lines or block.count("\t") >= lines or block.count(",") >= 2 * lines):
@@ -164,7 +164,7 @@ def split_ask(text: str) -> tuple[str, set[str]]:
         text = text[:12_000] + "\n\n" + text[-4_000:]
     kinds: set[str] = set()
     if "```" in text:
-        kinds.update("trace" if _TRACE.search(code) else "code" for code in _FENCE.findall(text))
+        kinds.update("trace" if _supplied_kind(code) == "trace" else "code" for code in _FENCE.findall(text))
         text = _FENCE.sub("\n\n", text)
     if '"""' in text or "---" in text:
         stripped = _QUOTED.sub("\n\n", text)

@@ -144,3 +144,10 @@ def test_a_cluster_may_estimate_at_its_own_density() -> None:
     assert signals.prompt_tokens == 100 + MESSAGE_OVERHEAD
     assert signals.prompt_tokens_at(2.0) == 200 + MESSAGE_OVERHEAD
     assert signals.prompt_tokens_at(None) == signals.prompt_tokens
+
+
+def test_a_huge_text_counts_its_digits_from_its_head_and_tail() -> None:
+    from gateway.routes.prompt import DIGIT_SCAN_CHARS, digit_count
+
+    assert digit_count("ab12" * (DIGIT_SCAN_CHARS // 4)) == DIGIT_SCAN_CHARS // 2
+    assert digit_count("ab12" * DIGIT_SCAN_CHARS) == 2 * DIGIT_SCAN_CHARS
