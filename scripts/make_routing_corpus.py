@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/make_routing_corpus.py [--seed 20] [--variants 5]
 
-Every template of ``scripts/routing_corpus/asks.py`` yields ``--variants`` requests, each with
+Every template of ``scripts/routing_corpus/`` (``light.py``, ``heavy.py``) yields ``--variants`` requests, each with
 its slots filled afresh and wrapped the way production traffic arrives: alone, under a
 product's system prompt, after earlier turns, with a document, table, code or traceback pasted
 before or after the ask (or in an earlier turn), with tool definitions, in JSON mode, with an

@@ -30,7 +30,8 @@ describe the task, never the text's shape (no length buckets, no digit counts):
 
 Cost: a few C-level regular-expression passes over the last turn (bounded: a turn over
 :data:`SCAN_CHARS` is read as its head and tail) and set operations over the ask's words,
-about 15-40 us per request (``bench/route_select.py`` prints the measured figure).
+tens of microseconds for a typical request and under 1 ms for a 1 MB one (``bench/route_select.py``
+prints the measured figure).
 """
 
 from __future__ import annotations
