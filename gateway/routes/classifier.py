@@ -1,19 +1,22 @@
-"""The needs-reasoning classifier: a sparse logistic regression over prompt features.
+"""The needs-reasoning classifier: a sparse logistic regression over request features.
 
-``score(text) = sigmoid(bias + sum(weights[f] for f in featurize(text)))`` where
-:func:`gateway.routes.features.featurize` yields binary word, word-pair, cue-group and shape
-features. Weights live in ``classifier.json`` next to this module (a few thousand features, tens
-of kilobytes), trained by ``scripts/train_route_classifier.py`` on the train split of
-``data/routing/prompts.jsonl`` (pure Python, no extra dependency; the file records the data's
-SHA-256, the L2 strength and threshold chosen by cross-validation, and the cross-validated
-figures). Features the model never saw weigh nothing.
+``score = sigmoid(bias + sum(weights[f] for f in request_features(...)))`` where
+:func:`gateway.routes.features.request_features` yields binary features of the ask (its words,
+word pairs, cue groups and request verb), of the material it supplies, of the context marks and
+of the request body (tools, JSON output, output cap). Weights live in ``classifier.json`` next to
+this module (a few thousand features, under 200 kB), trained by
+``scripts/train_route_classifier.py`` on the train split of ``data/routing/requests.jsonl``
+(the file records the data's SHA-256, the L2 strength and threshold chosen by cross-validation
+and the cross-validated figures). Features the model never saw weigh nothing.
 
-``threshold`` is the probability at or above which a prompt counts as needing reasoning; the
-training script picks it on out-of-fold scores of the train split for a recall target, never on
-the held-out test split. ``[route_selection] classifier_threshold`` may override it.
+``threshold`` is the probability at or above which a request counts as needing reasoning; the
+training script picks it on out-of-fold scores of the train split (folds grouped by template,
+so that a fold's scores come from wordings the model did not see) for a recall target, never on
+a test split. ``[route_selection] classifier_threshold`` may override it.
 
-Cost on the request path: one feature scan plus one dict lookup per feature, about 20-40 us for a
-typical prompt (``bench/route_select.py`` prints the measured figure).
+Cost on the request path: one feature scan plus one dict lookup per feature, tens of
+microseconds per request (``bench/route_select.py`` prints the measured figure).
+:meth:`ClassifierModel.top` names the features that weighed most, for explanations.
 
 Errors: :meth:`ClassifierModel.load` raises ``ValueError`` for a file that is not a model.
 """
@@ -28,6 +31,8 @@ from typing import Any
 import orjson
 
 from gateway.routes.features import featurize
+
+TOP_FEATURES = 6
 
 MODEL_PATH = Path(__file__).with_name("classifier.json")
 
@@ -64,8 +69,14 @@ class ClassifierModel:
         weights = self.weights
         return self.bias + sum(map(weights.__getitem__, weights.keys() & features))
 
+    def top(self, features: set[str] | frozenset[str], k: int = TOP_FEATURES) -> list[tuple[str, float]]:
+        """The ``k`` known ``features`` of largest absolute weight, as ``(feature, weight)``, largest first."""
+        weights = self.weights
+        known = sorted(weights.keys() & features, key=lambda f: (-abs(weights[f]), f))
+        return [(feature, weights[feature]) for feature in known[:k]]
+
     def logit(self, text: str) -> float:
-        """``bias`` plus the weights of the features of ``text``."""
+        """``bias`` plus the weights of the features of ``text`` (a lone user turn)."""
         return self.logit_of(featurize(text))
 
     def score(self, text: str) -> float:

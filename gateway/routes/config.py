@@ -62,9 +62,11 @@ class SelectionSettings(_Section):
     light_max_output_tokens: int = Field(
         64, ge=0, description="A request allowing at most this many output tokens counts as light."
     )
-    tool_bias: float = Field(0.5, description="Added to the classifier's logit when the request offers tools.")
+    tool_bias: float = Field(
+        0.0, description="Added to the classifier's logit when the request offers tools (the model has its own weight)."
+    )
     strict_json_bias: float = Field(
-        -0.5, description="Added to the classifier's logit when the request asks for JSON output."
+        0.0, description="Added to the classifier's logit when the request asks for JSON output (the model has its own weight)."
     )
     saturated_load: float = Field(
         1.0, gt=0, description="A cluster is saturated when a new request would find this share of its slots busy."

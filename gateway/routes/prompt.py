@@ -1,9 +1,13 @@
 """The prompt as route selection reads it: the instruction text and a cheap token estimate.
 
-**Instruction text** (what the classifier and the cue features read): for chat, the first
-system message (its first :data:`SYSTEM_CHARS` characters) and the last user message; for text
-completions, the prompt string (the last one of a list). Content lists contribute their text
-parts. Earlier turns are left out: the request's need is in its last question.
+**Instruction text** (what the classifier and the cue features read): for chat, the last user
+message alone; for text completions, the prompt string (the last one of a list). Content lists
+contribute their text parts. The system prompt and earlier turns are context, not the request:
+scoring them with it sends a product's long system prompt, or an earlier hard question, to
+reasoning. They leave only **context marks** (:attr:`PromptView.context`): ``system`` (a system
+or developer message), ``history`` (an earlier user turn), ``doc`` (an earlier user turn of at
+least :data:`DOC_CHARS` characters: a pasted document the last turn works on) and
+``tool_result`` (a tool or function message: an agent loop).
 
 **Token estimate** (context fit, cost estimates):
 
@@ -35,7 +39,8 @@ import orjson
 
 from gateway.protocol.openai import InferenceRequest, Operation
 
-SYSTEM_CHARS = 500
+DOC_CHARS = 400
+DIGIT_SCAN_CHARS = 131_072
 MESSAGE_OVERHEAD = 4
 _NO_DIGITS = str.maketrans("", "", "0123456789")
 
@@ -50,6 +55,7 @@ class PromptView:
         messages: number of messages (1 for a completion prompt).
         token_ids: token count when the prompt was sent as token ids, else 0.
         digits: how many of ``chars`` are the digits 0-9.
+        context: the context marks (see the module docstring), in that order.
     """
 
     text: str
@@ -57,6 +63,7 @@ class PromptView:
     messages: int
     token_ids: int = 0
     digits: int = 0
+    context: tuple[str, ...] = ()
 
     def estimate_tokens(self, chars_per_token: float = 4.0) -> int:
         """Estimated prompt tokens (see the module docstring)."""
@@ -66,8 +73,15 @@ class PromptView:
 
 
 def digit_count(text: str) -> int:
-    """How many characters of ``text`` are the digits 0-9."""
-    return len(text) - len(text.translate(_NO_DIGITS))
+    """How many characters of ``text`` are the digits 0-9; over :data:`DIGIT_SCAN_CHARS`
+    characters, the share of digits in its first and last half of that, times its length (a
+    text that long is far past any context either way, and counting it all would hold the
+    event loop for milliseconds)."""
+    if len(text) <= DIGIT_SCAN_CHARS:
+        return len(text) - len(text.translate(_NO_DIGITS))
+    half = DIGIT_SCAN_CHARS // 2
+    sample = text[:half] + text[-half:]
+    return round((len(sample) - len(sample.translate(_NO_DIGITS))) * len(text) / len(sample))
 
 
 def content_text(content: Any) -> str:
@@ -87,7 +101,8 @@ def _json_text(value: Any) -> str:
 
 def _chat_view(body: dict[str, Any]) -> PromptView:
     messages = body.get("messages") or []
-    system = ""
+    system = doc = tool_result = False
+    users = 0
     last_user = ""
     extra = _json_text(body.get("tools")) + _json_text(body.get("functions"))
     chars, digits = len(extra), digit_count(extra)
@@ -98,12 +113,17 @@ def _chat_view(body: dict[str, Any]) -> PromptView:
         chars += len(text)
         digits += digit_count(text)
         role = message.get("role")
-        if role in ("system", "developer") and not system:
-            system = text[:SYSTEM_CHARS]
+        if role in ("system", "developer"):
+            system = True
         elif role == "user":
+            doc = doc or len(last_user) >= DOC_CHARS
+            users += 1
             last_user = text
-    instruction = f"{system}\n{last_user}" if system else last_user
-    return PromptView(instruction, chars, len(messages), digits=digits)
+        elif role in ("tool", "function"):
+            tool_result = True
+    marks = (("system", system), ("history", users > 1), ("doc", doc), ("tool_result", tool_result))
+    context = tuple(name for name, present in marks if present)
+    return PromptView(last_user, chars, len(messages), digits=digits, context=context)
 
 
 def _completion_view(body: dict[str, Any]) -> PromptView:

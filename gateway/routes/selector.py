@@ -343,6 +343,7 @@ class RouteSelector:
                 "threshold": routed.threshold,
                 "explicit": signals.explicit_source,
                 "cues": sorted(signals.cues),
+                "top_features": [[feature, weight] for feature, weight in self.model.top(signals.features)],
                 "prompt_tokens_estimate": signals.prompt_tokens,
                 "max_output_tokens": signals.max_output_tokens,
                 "tools": signals.tools,

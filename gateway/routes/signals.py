@@ -8,14 +8,14 @@ Read from the body, never changed (pure; unknown shapes are ignored, never an er
   ``reasoning.enabled``, ``chat_template_kwargs.enable_thinking`` or ``.thinking`` (Qwen3 and
   DeepSeek chat templates on vLLM/SGLang), ``thinking.type`` (``enabled``/``disabled``).
 * **Output budget**: ``max_completion_tokens``, else ``max_tokens``.
-* **Prompt features** (``routes/features.py``) of the instruction text (``routes/prompt.py``),
-  the estimated prompt tokens, whether ``tools`` (or legacy ``functions``) are offered and
-  whether the output must be JSON (``response_format`` of type ``json_schema`` or
-  ``json_object``).
-* **Classifier score**: the probability that the prompt needs reasoning, from the classifier's
-  logit plus ``tool_bias`` when tools are offered and ``strict_json_bias`` when JSON output is
-  required (``[route_selection]``; tool-using agents plan several steps, schema-bound output is
-  mostly extraction and formatting, which fast models do well).
+* **Request features** (``routes/features.py``) of the last user turn and the context marks
+  (``routes/prompt.py``), tools, JSON output and the output cap; the estimated prompt tokens,
+  whether ``tools`` (or legacy ``functions``) are offered and whether the output must be JSON
+  (``response_format`` of type ``json_schema`` or ``json_object``).
+* **Classifier score**: the probability that the request needs reasoning, from the classifier's
+  logit (which has learned what tools and JSON output say) plus the operator's ``tool_bias``
+  when tools are offered and ``strict_json_bias`` when JSON output is required
+  (``[route_selection]``, 0 by default).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 from gateway.protocol.openai import InferenceRequest
 from gateway.routes.classifier import ClassifierModel, sigmoid
-from gateway.routes.features import featurize
+from gateway.routes.features import cue_groups, request_features
 from gateway.routes.prompt import PromptView, view
 
 REASONING = "reasoning"
@@ -50,6 +50,7 @@ class RequestSignals:
         cues: the cue groups found in the instruction text.
         score: probability that the prompt needs reasoning (classifier plus biases).
         prompt: the prompt's view, to estimate its tokens at a cluster's own characters per token.
+        features: the request features the classifier read (empty without a classifier).
     """
 
     explicit: str | None
@@ -61,6 +62,7 @@ class RequestSignals:
     cues: frozenset[str]
     score: float
     prompt: PromptView | None = None
+    features: frozenset[str] | set[str] = frozenset()
 
     def prompt_tokens_at(self, chars_per_token: float | None) -> int:
         """The prompt estimate at ``chars_per_token`` (None: ``prompt_tokens``)."""
@@ -125,17 +127,19 @@ def read_signals(
     strict_json = wants_json(body)
     features: set[str] = set()
     score = 0.0
+    cap = output_cap(body)
     if model is not None:
-        features = featurize(prompt.text)
+        features = request_features(prompt.text, prompt.context, body, cap)
         score = sigmoid(model.logit_of(features) + (tool_bias if tools else 0.0) + (strict_json_bias if strict_json else 0.0))
     return RequestSignals(
         explicit=explicit,
         explicit_source=source,
-        max_output_tokens=output_cap(body),
+        max_output_tokens=cap,
         prompt_tokens=prompt.estimate_tokens(chars_per_token),
         tools=tools,
         strict_json=strict_json,
-        cues=frozenset(feature[4:] for feature in features if feature.startswith("cue:")),
+        cues=cue_groups(features),
         score=score,
         prompt=prompt,
+        features=features,
     )

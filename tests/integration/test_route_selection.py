@@ -171,6 +171,9 @@ def test_admin_explain_shows_the_route_selection(gateway: RunningGateway, fakes:
     selection = reply.json()["route_selection"]
     assert selection["reason"] == "downgrade_ttft" and selection["clusters"] == ["quick", "deep"]
     assert selection["need"] == "reasoning" and "proof" in selection["signals"]["cues"]
+    top = selection["signals"]["top_features"]
+    assert top and {"cue:proof", "verb:proof"} & {feature for feature, _ in top}
+    assert all(weight > 0 for _, weight in top[:2])
     assert set(selection["cluster_state"]) == {"deep", "quick"}
     assert reply.json()["cluster"] == "quick"
     assert {name: len(fake.requests) for name, fake in fakes.items()} == before

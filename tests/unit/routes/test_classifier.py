@@ -1,4 +1,4 @@
-"""The shipped classifier: in sync with the labeled set, cue lexicon consistent, sane on examples."""
+"""The shipped classifier: in sync with the labeled corpus, cue lexicon consistent, sane on examples."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from gateway.routes.classifier import MODEL_PATH, ClassifierModel, sigmoid
-from gateway.routes.features import CUES, HEAD_CHARS, TAIL_CHARS, clip, featurize, words
+from gateway.routes.features import CUES, words
 
 ROOT = Path(__file__).resolve().parents[3]
-DATA = ROOT / "data/routing/prompts.jsonl"
+DATA = ROOT / "data/routing/requests.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -23,20 +23,26 @@ def model() -> ClassifierModel:
 def test_the_model_was_trained_on_the_data_in_the_repo() -> None:
     shipped = json.loads(MODEL_PATH.read_text(encoding="utf-8"))
     assert shipped["data_sha256"] == hashlib.sha256(DATA.read_bytes()).hexdigest(), (
-        "data/routing/prompts.jsonl changed: rebuild with scripts/train_route_classifier.py"
+        "data/routing/requests.jsonl changed: rebuild with scripts/train_route_classifier.py"
     )
     assert 0 < shipped["threshold"] < 1 and shipped["cross_validation"]["recall"] >= 0.9
     assert len(MODEL_PATH.read_bytes()) < 200_000
 
 
-def test_the_labeled_set_is_large_bilingual_and_split_by_language_and_label() -> None:
+def test_the_corpus_is_large_bilingual_varied_and_split_by_template() -> None:
     rows = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines()]
-    assert len(rows) >= 300 and len({row["id"] for row in rows}) == len(rows)
-    for lang in ("en", "id"):
-        for label in (True, False):
-            group = [r for r in rows if r["lang"] == lang and r["needs_reasoning"] is label]
-            test = [r for r in group if r["split"] == "test"]
-            assert len(group) >= 60 and 0.2 <= len(test) / len(group) <= 0.3
+    assert len(rows) >= 2000 and len({row["id"] for row in rows}) == len(rows)
+    assert sum(row["lang"] != "en" for row in rows) >= 0.25 * len(rows) and any(r["lang"] == "mixed" for r in rows)
+    assert 0.35 <= sum(row["needs_reasoning"] for row in rows) / len(rows) <= 0.65
+    bodies = [row["request"] for row in rows]
+    assert sum(any(m["role"] == "system" for m in b["messages"]) for b in bodies) >= 400
+    assert sum(sum(m["role"] == "user" for m in b["messages"]) > 1 for b in bodies) >= 300
+    assert sum("tools" in b for b in bodies) >= 50 and sum("response_format" in b for b in bodies) >= 50
+    splits = {split: {row["source"] for row in rows if row["split"] == split} for split in ("train", "test_in", "test_cross")}
+    assert splits["test_cross"] and not splits["test_cross"] & (splits["train"] | splits["test_in"])
+    for split in splits:
+        group = [row for row in rows if row["split"] == split]
+        assert len(group) >= 300 and any(row["tricky"] for row in group), split
 
 
 @pytest.mark.parametrize(
@@ -60,22 +66,15 @@ def test_cue_entries_are_one_or_two_tokenizer_words() -> None:
         assert 1 <= len(tokens) <= 2 and " ".join(tokens) == entry, entry
 
 
-def test_featurize_kinds() -> None:
-    features = featurize("Why does x^2 = 4? Prove it.\n```\ncode\n```")
-    assert {"why", "^", "=", "prove it", "cue:why", "cue:proof", "shape:question", "shape:code"} <= features
-    assert "shape:numbers=1-3" in features and "shape:len<120" in features
-
-
-def test_long_text_is_clipped_to_head_and_tail() -> None:
-    text = "a" * HEAD_CHARS + "b" * 10_000 + "c" * TAIL_CHARS
-    assert clip(text) == "a" * HEAD_CHARS + "\n" + "c" * TAIL_CHARS
-    assert "shape:len>=1200" in featurize(text)
-
-
 def test_unknown_features_weigh_nothing_and_sigmoid_is_safe() -> None:
     model = ClassifierModel(bias=-1.0, weights={"prove": 3.0}, threshold=0.5)
     assert model.logit("zzz") == -1.0 and model.logit("prove") == 2.0
     assert sigmoid(-1000.0) == 0.0 and sigmoid(1000.0) == 1.0
+
+
+def test_top_names_the_heaviest_known_features() -> None:
+    model = ClassifierModel(bias=0.0, weights={"a": 0.5, "b": -2.0, "c": 1.0}, threshold=0.5)
+    assert model.top({"a", "b", "c", "zzz"}, 2) == [("b", -2.0), ("c", 1.0)]
 
 
 def test_load_rejects_a_file_that_is_not_a_model(tmp_path: Path) -> None:

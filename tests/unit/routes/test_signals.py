@@ -66,7 +66,7 @@ def test_wants_json(fmt: Any, expected: bool) -> None:
     assert wants_json({"response_format": fmt}) is expected
 
 
-def test_prompt_view_reads_system_and_last_user_message_and_counts_everything() -> None:
+def test_prompt_view_reads_the_last_user_message_alone_and_counts_everything() -> None:
     request = chat(messages=[
         {"role": "system", "content": "S" * 600},
         {"role": "user", "content": "first question"},
@@ -74,7 +74,7 @@ def test_prompt_view_reads_system_and_last_user_message_and_counts_everything() 
         {"role": "user", "content": [{"type": "text", "text": "second"}, {"type": "image_url", "image_url": {"url": "x"}}]},
     ])
     prompt = view(request)
-    assert prompt.text == "S" * 500 + "\nsecond"
+    assert prompt.text == "second" and prompt.context == ("system", "history")
     assert prompt.chars == 600 + len("first question") + len("an answer") + len("second")
     assert prompt.messages == 4
     assert prompt.estimate_tokens(4.0) == -(-prompt.chars // 4) + 4 * MESSAGE_OVERHEAD
@@ -144,3 +144,10 @@ def test_a_cluster_may_estimate_at_its_own_density() -> None:
     assert signals.prompt_tokens == 100 + MESSAGE_OVERHEAD
     assert signals.prompt_tokens_at(2.0) == 200 + MESSAGE_OVERHEAD
     assert signals.prompt_tokens_at(None) == signals.prompt_tokens
+
+
+def test_a_huge_text_counts_its_digits_from_its_head_and_tail() -> None:
+    from gateway.routes.prompt import DIGIT_SCAN_CHARS, digit_count
+
+    assert digit_count("ab12" * (DIGIT_SCAN_CHARS // 4)) == DIGIT_SCAN_CHARS // 2
+    assert digit_count("ab12" * DIGIT_SCAN_CHARS) == 2 * DIGIT_SCAN_CHARS
