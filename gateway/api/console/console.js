@@ -156,6 +156,7 @@
     if (!sessionStorage.getItem(KEY)) return;
     try {
       await sample();
+      if (editing()) return; // never redraw under an operator typing a weight or a filter
       await RENDER[current]();
       if (!$("banner").classList.contains("info")) banner("");
       document.body.dataset.loaded = current;
@@ -167,6 +168,11 @@
         banner(error.message, "error");
       }
     }
+  }
+
+  function editing() {
+    const el = document.activeElement;
+    return el !== null && el.matches("#clusters input") && el.value !== el.defaultValue;
   }
 
   // ---- /metrics: parse the Prometheus text, keep 15 minutes ----------------------------------
@@ -245,10 +251,12 @@
   function chart(title, lines, unit) {
     const W = 340, H = 120, L = 44, B = 18;
     const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": title });
-    const now = Date.now(), t0 = now - HISTORY_MS;
+    // the x axis spans the samples held: from the page's first sample (at most 15 minutes ago) to now
+    const now = Date.now(), t0 = Math.min(now - 30000, Math.max(now - HISTORY_MS, samples.length ? samples[0].t : now));
+    const span = now - t0;
     const all = lines.flatMap((l) => l.points.map((p) => p[1]));
     const max = Math.max(1e-9, ...all) * 1.1;
-    const x = (t) => L + ((t - t0) / HISTORY_MS) * (W - L - 4);
+    const x = (t) => L + ((t - t0) / span) * (W - L - 4);
     const y = (v) => H - B - (v / max) * (H - B - 6);
     svg.append(s("line", { x1: L, y1: H - B, x2: W - 4, y2: H - B, class: "axis" }));
     svg.append(s("line", { x1: L, y1: 6, x2: L, y2: H - B, class: "axis" }));
@@ -258,11 +266,15 @@
       return t;
     };
     svg.append(label(unit(max / 1.1), L - 3, 12, "end"), label(unit(0), L - 3, H - B, "end"),
-      label("-15 min", L, H - 4), label("now", W - 4, H - 4, "end"));
+      label(span >= 60000 ? `-${Math.round(span / 60000)} min` : `-${Math.round(span / 1000)} s`, L, H - 4),
+      label("now", W - 4, H - 4, "end"));
     lines.forEach((line, i) => {
       if (line.points.length === 0) return;
       const d = line.points.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
       svg.append(s("polyline", { points: d, class: "line s" + (i % 6) }));
+      if (line.points.length < 3) {
+        for (const p of line.points) svg.append(s("circle", { cx: x(p[0]).toFixed(1), cy: y(p[1]).toFixed(1), r: 2, class: "dot s" + (i % 6) }));
+      }
     });
     const legend = h("div", { class: "legend" }, lines.map((line, i) => {
       const last = line.points.length ? line.points[line.points.length - 1][1] : null;
@@ -377,11 +389,12 @@
       return [...b.entries()].map(([k, v]) => [k, v - (a.get(k) || 0), v]);
     };
     const errors = delta("kvgate_request_errors_total", (l) => `${l.error_type}|${l.cluster}`);
-    replace($("errors-table"), errors.length ? table(["class", "cluster", "last 15 min", "since start"],
+    const windowName = "while open (≤ 15 min)";
+    replace($("errors-table"), errors.length ? table(["class", "cluster", windowName, "since start"],
       errors.map(([k, d, t]) => { const [cls, cl] = k.split("|"); return h("tr", {}, h("td", {}, cls), h("td", {}, cl || "–"), h("td", {}, d), h("td", {}, t)); }))
       : h("p", { class: "muted" }, "No errors counted."));
     const routes = delta("kvgate_route_selections_total", (l) => `${l.model}|${l.cluster}|${l.reason}`);
-    replace($("routes-table"), routes.length ? table(["model", "cluster", "reason", "last 15 min", "since start"],
+    replace($("routes-table"), routes.length ? table(["model", "cluster", "reason", windowName, "since start"],
       routes.sort((a, b) => b[2] - a[2]).map(([k, d, t]) => { const [m, c, r] = k.split("|"); return h("tr", {}, h("td", {}, m), h("td", {}, c), h("td", {}, r), h("td", {}, d), h("td", {}, t)); }))
       : h("p", { class: "muted" }, "No route selections yet."));
   }
