@@ -2,8 +2,9 @@
 
 :meth:`RequestLog.add` is called once per request by the close-out
 (:meth:`~gateway.observability.recorder.ExchangeRecorder.finished`), for successes, errors and
-cancels alike. It keeps one tuple of plain values per request (no reference to the request, its
-body or its exchange), plus the scheduling decision in compact form
+cancels alike. It keeps one tuple per request of the exchange's fields (small values and shared objects: the
+key's record, the route selection, the token counts; no reference to the request, its body or
+its exchange), plus the scheduling decision in compact form
 (:meth:`~gateway.routing.profile.ProfileDecision.record`: candidates, the scorers' columns
 already computed while scheduling, the filtered names; never the prompt), so the hot-path cost is
 one tuple and one ``deque.append`` (``bench/gateway_path.py``: see ``/work/notes/i24.md``).
@@ -49,60 +50,65 @@ class RequestLog:
 
     def __init__(self, size: int, wall_clock: Callable[[], float]) -> None:
         self.size = size
-        self._ring: deque[tuple[tuple[Any, ...], Any, Any]] = deque(maxlen=max(size, 1))
+        self._ring: deque[tuple[Any, ...]] = deque(maxlen=max(size, 1))
         self._wall = wall_clock
 
     def add(self, exchange: Any, tokens: Any, cost: float) -> None:
-        """Record one finished exchange (``tokens``: its TokenUsage or None; ``cost``: USD)."""
+        """Record one finished exchange (``tokens``: its TokenUsage or None; ``cost``: USD).
+
+        Only attribute reads and one tuple here; everything derived is computed when read.
+        """
         if not self.size:
             return
-        started, first = exchange.started, exchange.first_token_at
-        admission, routed, decision = exchange.admission, exchange.selection, exchange.decision
-        outcome = exchange.outcome
-        selection = routed.selection if routed is not None else None
+        decision, routed = exchange.decision, exchange.selection  # routed holds the request: keep its Selection only
         record = getattr(decision, "record", None)
-        self._ring.append(((
-            self._wall(), exchange.request_id, admission.key.name if admission is not None else None,
-            exchange.model, exchange.route, selection.reason if selection is not None else None,
-            exchange.cluster, exchange.endpoint, exchange.attempts, exchange.continuations,
-            tokens.input if tokens is not None else None, tokens.cached if tokens is not None else None,
-            tokens.output if tokens is not None else None, getattr(decision, "predicted_cached", None), cost,
-            None if first is None else first - started, exchange.ended_at - started,
-            exchange.status if outcome != "cancelled" else _CANCELLED_STATUS, outcome, exchange.error_type,
-        ), record() if record is not None else (None if decision is None else PlainDecision(decision.ranked)), selection))
+        self._ring.append((
+            self._wall(), exchange.request_id, exchange.admission, exchange.model, exchange.route,
+            routed.selection if routed is not None else None,
+            exchange.cluster, exchange.endpoint, exchange.attempts, exchange.continuations, tokens,
+            getattr(decision, "predicted_cached", None), cost, exchange.started, exchange.first_token_at,
+            exchange.ended_at, exchange.status, exchange.outcome, exchange.error_type,
+            record() if record is not None else (None if decision is None else PlainDecision(decision.ranked)),
+        ))
 
     def __len__(self) -> int:
         return len(self._ring)
 
     def recent(self, limit: int) -> list[dict[str, Any]]:
-        """The newest ``limit`` records as dicts, newest first."""
+        """The newest ``limit`` records as dicts (:data:`FIELDS`), newest first."""
         out = []
-        for values, _, _ in self._newest():
+        for entry in self._newest():
             if len(out) >= limit:
                 break
-            out.append(as_dict(values))
+            out.append(as_dict(entry))
         return out
 
     def find(self, request_id: str) -> tuple[dict[str, Any], Any, Any] | None:
         """The newest record with this request id, its compact decision and its route selection, or None."""
-        for values, decision, selection in self._newest():
-            if values[1] == request_id:
-                return as_dict(values), decision, selection
+        for entry in self._newest():
+            if entry[1] == request_id:
+                return as_dict(entry), entry[-1], entry[5]
         return None
 
-    def _newest(self) -> Iterator[tuple[tuple[Any, ...], Any, Any]]:
+    def _newest(self) -> Iterator[tuple[Any, ...]]:
         return reversed(self._ring) if self.size else iter(())
 
 
-def as_dict(values: tuple[Any, ...]) -> dict[str, Any]:
-    """One stored tuple as JSON-ready data (floats rounded: microseconds, 1e-9 USD)."""
-    record = dict(zip(FIELDS, values, strict=True))
-    for name in ("ttft_s", "e2e_s"):
-        if record[name] is not None:
-            record[name] = round(record[name], 6)
-    record["at"] = round(record["at"], 3)
-    record["cost_usd"] = round(record["cost_usd"], 9)
-    return record
+def as_dict(entry: tuple[Any, ...]) -> dict[str, Any]:
+    """One stored entry as JSON-ready data (:data:`FIELDS`; seconds rounded to microseconds, USD to 1e-9)."""
+    (at, request_id, admission, model, route, selection, cluster, endpoint, attempts, continuations, tokens,
+     predicted, cost, started, first, ended, status, outcome, error, _) = entry
+    return {
+        "at": round(at, 3), "id": request_id, "key": admission.key.name if admission is not None else None,
+        "model": model, "route": route, "reason": selection.reason if selection is not None else None,
+        "cluster": cluster, "endpoint": endpoint, "attempts": attempts, "continuations": continuations,
+        "prompt_tokens": tokens.input if tokens is not None else None,
+        "cached_tokens": tokens.cached if tokens is not None else None,
+        "completion_tokens": tokens.output if tokens is not None else None,
+        "predicted_cached_tokens": predicted, "cost_usd": round(cost, 9),
+        "ttft_s": None if first is None else round(first - started, 6), "e2e_s": round(ended - started, 6),
+        "status": _CANCELLED_STATUS if outcome == "cancelled" else status, "outcome": outcome, "error": error,
+    }
 
 
 class PlainDecision:

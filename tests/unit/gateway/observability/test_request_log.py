@@ -69,3 +69,17 @@ def test_size_zero_keeps_nothing() -> None:
     log = RequestLog(0, wall_clock=lambda: 0.0)
     log.add(_exchange("x"), None, 0.0)
     assert len(log) == 0 and log.recent(5) == [] and log.find("x") is None
+
+
+def test_the_ring_holds_neither_the_request_nor_the_exchange() -> None:
+    import gc
+
+    request = SimpleNamespace(raw=b"a prompt of many bytes")
+    routed = SimpleNamespace(selection=SimpleNamespace(reason="model"), request=request)  # as routes.selector.Routed
+    exchange = _exchange("x", selection=routed)
+    log = RequestLog(10, wall_clock=lambda: 0.0)
+    log.add(exchange, TokenUsage(1, 0, 1), 0.0)
+    entry = log._ring[0]
+    assert all(item is not exchange and item is not routed and item is not request for item in entry)
+    assert request.raw not in gc.get_referents(*entry)
+    assert log.recent(1)[0]["reason"] == "model" and log.find("x")[2] is routed.selection  # type: ignore[index]
