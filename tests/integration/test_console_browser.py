@@ -42,6 +42,7 @@ DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", "--no-first-run", "--window-size=1600,1000")
 WAIT_S = 60.0
+HANDBOOK = "Tenant handbook: answer politely, cite the policy section, never guess a number. " * 30
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import ElementNotInteractableException, StaleElementReferenceException  # noqa: E402
@@ -233,6 +234,9 @@ def test_an_sdk_request_appears_in_requests_and_opens_its_explanation(stack: Sta
     for i in range(6):  # a little traffic on both clusters for the charts and the key's usage
         client.chat.completions.create(model="reasoning-model" if i % 2 else "auto", max_tokens=8,
                                        messages=[{"role": "user", "content": f"question {i}"}])
+    for i in range(4):  # one long shared prefix: the engine's prefix cache, kvgate's prediction
+        client.chat.completions.create(model="fast-model", max_tokens=4, messages=[
+            {"role": "system", "content": HANDBOOK}, {"role": "user", "content": f"tenant question {i}"}])
     _view(browser, "requests")
     row = f"#requests tr[data-request-id='console-sdk-1']"
     _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, row), "the SDK request in Requests")
@@ -266,6 +270,15 @@ def test_traffic_keys_and_workers_render(stack: Stack, browser: Any) -> None:
     keys = browser.find_element(By.ID, "keys-table").text
     assert "team-browser" in keys and "$5 / month" in keys
     _shot(browser, "keys")
+    _view(browser, "endpoints")  # after the shared-prefix requests: hit rates, engine and kvgate's side by side
+
+    def hit_rates(d: Any) -> list[tuple[str, str, str]] | None:
+        rows = [tuple(r.find_element(By.CSS_SELECTOR, f"td.hit-{kind}").text for kind in ("engine", "reported", "predicted"))
+                for r in d.find_elements(By.CSS_SELECTOR, "#clusters .cluster[data-cluster='fast'] tr[data-endpoint]")]
+        return rows if any(row[0] not in ("–", "0.0 %") for row in rows) else None
+    rates = _retry(browser, hit_rates, "a prefix-cache hit rate on the fast cluster")
+    assert any(reported not in ("–", "0.0 %") and predicted not in ("–", "0.0 %") for _, reported, predicted in rates), rates
+    _shot(browser, "endpoints-prefix")
     _view(browser, "workers")
     assert "supervises no workers" in browser.find_element(By.ID, "workers-table").text
     _shot(browser, "workers")
