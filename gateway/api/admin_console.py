@@ -1,7 +1,7 @@
 """The operator's console and the per-request record under ``/admin``.
 
 Routes:
-    ``GET /admin/console``, ``/admin/console/console.js``, ``/admin/console/console.css``: the
+    ``GET /admin/console``, ``/admin/console/{console.js,charts.js,console.css}``: the
         console, one static page served from the package (``gateway/api/console/``; no CDN, no
         build step). The page itself holds no data and no secret, so it is served without the
         admin key (a browser cannot send a bearer header when it navigates), but only while the
@@ -47,6 +47,7 @@ _SECURITY_HEADERS = {
 _ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
+    "charts.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
 }
 _MAX_LIMIT = 1000
@@ -84,6 +85,11 @@ async def console_page() -> Response:
 @console.get("/console.js")
 async def console_script() -> Response:
     return _serve("console.js")
+
+
+@console.get("/charts.js")
+async def console_charts() -> Response:
+    return _serve("charts.js")
 
 
 @console.get("/console.css")

@@ -149,7 +149,8 @@ def test_request_routes_need_the_admin_key_and_check_their_input(console_gateway
 
 
 def test_the_console_page_and_assets_carry_the_security_headers(console_gateway: RunningGateway) -> None:
-    for path, kind in (("", "text/html"), ("/console.js", "text/javascript"), ("/console.css", "text/css")):
+    for path, kind in (("", "text/html"), ("/console.js", "text/javascript"), ("/charts.js", "text/javascript"),
+                       ("/console.css", "text/css")):
         reply = httpx.get(f"{console_gateway.url}/admin/console{path}", timeout=10)
         assert reply.status_code == 200 and reply.headers["content-type"].startswith(kind)
         csp = reply.headers["content-security-policy"]

@@ -263,6 +263,14 @@ def test_traffic_keys_and_workers_render(stack: Stack, browser: Any) -> None:
     _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#charts polyline"), "a chart line")
     charts = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#charts h3")]
     assert "Requests per second" in charts and "TTFT (streams)" in charts and "E2E latency" in charts
+    # the page's quantiles are Prometheus' histogram_quantile over bucket increases
+    quantiles = browser.execute_script("""
+        const C = window.KvgateCharts;
+        const before = C.parseMetrics('h_bucket{le="0.1"} 10\\nh_bucket{le="0.2"} 10\\nh_bucket{le="+Inf"} 10\\n');
+        const after = C.parseMetrics('h_bucket{le="0.1"} 60\\nh_bucket{le="0.2"} 110\\nh_bucket{le="+Inf"} 110\\n');
+        return [0.5, 0.75, 0.99].map((p) => C.quantileOf("h", p)(before, after));
+    """)
+    assert quantiles == pytest.approx([0.1, 0.15, 0.198])
     routes = browser.find_element(By.ID, "routes-table").text
     assert "auto" in routes and "reasoning-model" in routes
     _shot(browser, "traffic")
