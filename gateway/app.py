@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
-from gateway.api import admin, admin_config, admin_keys, admin_routing, admin_workers, health, openai
+from gateway.api import admin, admin_config, admin_console, admin_keys, admin_routing, admin_workers, health, openai
 from gateway.api.fastpath import GatewayApp, error_response
 from gateway.api.access import AccessMiddleware
 from gateway.api.openapi import install_openapi
@@ -230,6 +230,8 @@ def create_app(
     app.include_router(admin_config.router)
     app.include_router(admin_keys.router)
     app.include_router(admin_workers.router)
+    app.include_router(admin_console.router)
+    app.include_router(admin_console.console)
     install_openapi(app)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(GatewayError, _on_gateway_error)

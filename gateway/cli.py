@@ -23,7 +23,9 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
+import secrets
 import signal
 import socket
 import sys
@@ -217,8 +219,20 @@ def _check_port_free(host: str, port: int, setting: str = "--port") -> None:
             raise ConfigError(f"{setting} {port}: cannot listen on {host}:{port}: {error.strerror}") from None
 
 
-def up_settings(args: argparse.Namespace, workers: Sequence[Any], served_model: str) -> Settings:
-    """Settings for ``kvgate up``: one ``fast`` cluster of the local workers, plus env overrides."""
+def console_key(host: str) -> str | None:
+    """A fresh admin key for this run of ``kvgate up`` when it listens on loopback only (the console's sign-in)."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    return secrets.token_urlsafe(24) if loopback else None
+
+
+def up_settings(args: argparse.Namespace, workers: Sequence[Any], served_model: str, admin_key: str | None = None) -> Settings:
+    """Settings for ``kvgate up``: one ``fast`` cluster of the local workers, plus env overrides.
+
+    ``admin_key`` turns the admin API and its console on (``KVGATE__ADMIN__API_KEY`` wins over it).
+    """
     from gateway.settings import build_settings
 
     endpoints = [{"name": worker.name, "url": worker.base_url, "model": served_model} for worker in workers]
@@ -234,15 +248,24 @@ def up_settings(args: argparse.Namespace, workers: Sequence[Any], served_model: 
             },
             "models": {served_model: {"cluster": "fast", "aliases": ["default"]}},
             "health": {"interval_s": 2.0},
+            **({"admin": {"api_key": admin_key}} if admin_key else {}),
         }
     )
 
 
-def _snippet(settings: Settings, model: str) -> str:
+def _console_lines(settings: Settings, admin_key: str | None) -> str:
+    configured = settings.admin.api_key.get_secret_value() if settings.admin.api_key is not None else ""
+    if not configured:
+        return ""
+    which = f"admin key for this run: {admin_key}" if configured == admin_key else "admin key: KVGATE__ADMIN__API_KEY"
+    return f"console: http://{settings.server.host}:{settings.server.port}/admin/console  ({which})\n"
+
+
+def _snippet(settings: Settings, model: str, admin_key: str | None = None) -> str:
     base_url = f"http://{settings.server.host}:{settings.server.port}/v1"
     key = '"sk-your-key"' if settings.auth.api_keys else '"unused"'
     return (
-        f"\nkvgate is ready: {base_url}\n\n"
+        f"\nkvgate is ready: {base_url}\n{_console_lines(settings, admin_key)}\n"
         "    from openai import OpenAI\n"
         f"    client = OpenAI(base_url=\"{base_url}\", api_key={key})\n"
         f"    reply = client.chat.completions.create(model=\"{model}\",\n"
@@ -267,7 +290,8 @@ async def _up_async(args: argparse.Namespace) -> int:
     settings = up_settings(args, [], "smollm2")  # validates --host/--port and the environment early
     _check_port_free(settings.server.host, settings.server.port)
     runtime = await asyncio.to_thread(prepare_runtime, log=_progress)
-    settings = up_settings(args, [], runtime.served_model_name)  # endpoints come from the supervisor
+    admin_key = console_key(settings.server.host)
+    settings = up_settings(args, [], runtime.served_model_name, admin_key)  # endpoints come from the supervisor
     app = create_app(settings)
     try:  # prints the one-line dtype notice (backends.host) before the launch
         supervisor = local_supervisor(
@@ -279,7 +303,7 @@ async def _up_async(args: argparse.Namespace) -> int:
     app.state.container.supervisor = supervisor  # /admin/workers
     async with supervisor:  # ready workers join the "fast" cluster; crashed ones are restarted
         server = _new_server(_uvicorn_config(app, settings))
-        announce = asyncio.create_task(_announce_when_started(server, settings, runtime.served_model_name))
+        announce = asyncio.create_task(_announce_when_started(server, settings, runtime.served_model_name, admin_key))
         try:
             await _serve_until_signal(server)  # a signal stops the gateway, then the workers
         finally:
@@ -311,10 +335,10 @@ def _new_server(config: uvicorn.Config) -> Any:
     return _Server(config)
 
 
-async def _announce_when_started(server: uvicorn.Server, settings: Settings, model: str) -> None:
+async def _announce_when_started(server: uvicorn.Server, settings: Settings, model: str, admin_key: str | None) -> None:
     while not server.started:
         await asyncio.sleep(0.05)
-    print(_snippet(settings, model), flush=True)
+    print(_snippet(settings, model, admin_key), flush=True)
 
 
 def _up(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ which writes the metrics. Later calls are ignored, so error paths may call it de
 ``on_finish`` (given by ``gateway/operations.py``) then runs once with the finished exchange:
 cost, key usage settlement and spans (``gateway/observability/recorder.py``). It reads
 ``usage``, ``first_token_at``, ``ended_at``, ``error_type`` (the OpenAI error code of a failed
-request, set by the handler), ``admission`` (the key's admission) and ``trace`` (the request's
+request, set by the handler, with its HTTP ``status``), ``admission`` (the key's admission) and ``trace`` (the request's
 spans, when tracing is on).
 """
 
@@ -32,7 +32,7 @@ class Exchange:
         "request_id", "model", "route", "cluster", "endpoint", "decision", "attempts", "continuations",
         "started", "_clock", "_metrics", "outcome",
         "usage", "first_token_at", "ended_at", "error_type", "admission", "trace", "_on_finish",
-        "selection", "_listeners", "tokens",
+        "selection", "_listeners", "tokens", "status",
     )
 
     def __init__(
@@ -61,6 +61,7 @@ class Exchange:
         self.first_token_at: float | None = None
         self.ended_at = 0.0
         self.error_type: str | None = None
+        self.status = 200  # the HTTP status answered (set with error_type by the handler of a failed request)
         self.admission: Any = None  # gateway.keys.gate.Admission
         self.trace: Any = None  # gateway.observability.tracing.RequestTrace
         self._on_finish = on_finish

@@ -6,7 +6,8 @@
   client with ``quotas.store_timeout_s`` socket timeouts), else in-process stores;
 * the :class:`~gateway.runtime.Runtime` (config file + admin overlay, reload, sync loop);
 * the :class:`~gateway.keys.gate.KeyGate` (authentication, quotas, usage settlement loop);
-* the :class:`~gateway.observability.recorder.ExchangeRecorder` (cost, errors, latencies);
+* the :class:`~gateway.observability.recorder.ExchangeRecorder` (cost, errors, latencies) and
+  the per-request record it writes (:class:`~gateway.observability.request_log.RequestLog`);
 * tracing: a tracer provider from ``[tracing]`` (or one passed in by tests) and the upstream
   wrapper that makes client spans. With tracing off, nothing is wrapped.
 
@@ -39,6 +40,7 @@ from gateway.keys.quota_store import MemoryQuotaStore, RedisQuotaStore
 from gateway.keys.table import KeyTable
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.recorder import ExchangeRecorder
+from gateway.observability.request_log import RequestLog
 from gateway.observability.tracing import TracedUpstream, build_tracer_provider
 from gateway.routes.catalog import ModelCatalog
 from gateway.runtime import Runtime
@@ -109,7 +111,8 @@ class Operations:
             clock=clock,
             errors=errors,
         )
-        self.recorder = ExchangeRecorder(metrics, self.pricing, self.gate)
+        self.requests = RequestLog(settings.admin.request_log_size, wall_clock)
+        self.recorder = ExchangeRecorder(metrics, self.pricing, self.gate, self.requests)
         self._own_provider = tracer_provider is None
         self.tracer_provider = tracer_provider if tracer_provider is not None else build_tracer_provider(settings.tracing)
         self.tracer = self.tracer_provider.get_tracer("kvgate") if self.tracer_provider is not None else None

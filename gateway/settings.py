@@ -165,6 +165,10 @@ class AdminSettings(_Section):
     sync_interval_s: float = Field(
         1.0, gt=0, description="How often a replica polls the state store for admin changes, seconds."
     )
+    request_log_size: int = Field(
+        1000, ge=0, le=100_000,
+        description="Recent requests each replica keeps in memory for GET /admin/requests and the console (0: off).",
+    )
 
     @field_validator("allowed_networks")
     @classmethod

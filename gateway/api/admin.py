@@ -7,8 +7,10 @@ A missing or wrong key gets 401; a client key is just a wrong key here.
 Routes (more are added by feature routers that depend on :func:`require_admin`:
 ``admin_config.py`` for clusters, routes, reload and stats, ``admin_keys.py`` for API keys):
     ``GET /admin/endpoints[/NAME]``: endpoints with cluster, URL, source (config, admin,
-        managed), health, circuit state, draining, in-flight, weight, last error, mean latency
-        and prefix-index size.
+        managed), health, circuit state, draining, in-flight, weight, last error, mean latency,
+        prefix-index size and ``engine``: the latest scrape of its ``/metrics`` (queue, running,
+        KV usage, the engine's prefix-cache hit rate from its counters, KV capacity, age in
+        seconds), or null before the first scrape.
     ``POST /admin/endpoints``: add one; its URL must resolve inside ``admin.allowed_networks``
         and not be the gateway itself (``gateway/endpoints/allowlist.py``).
     ``DELETE /admin/endpoints/NAME``: remove (requests in flight finish).
@@ -71,10 +73,26 @@ def _prefix_store(request: Request) -> Any:
     return getattr(routing, "store", None)
 
 
+def _engine(request: Request, name: str) -> dict[str, Any] | None:
+    """The endpoint's latest engine scrape (``endpoints/stats.py``), or None."""
+    board = getattr(getattr(request.app.state, "routing", None), "board", None)
+    scrape = board.get(name) if board is not None else None
+    if scrape is None:
+        return None
+    s = scrape.stats
+    return {
+        "engine": s.engine, "waiting": s.waiting, "running": s.running, "kv_usage": s.kv_usage,
+        "prefix_queries": s.prefix_queries, "prefix_hits": s.prefix_hits,
+        "prefix_hit_rate": s.prefix_hits / s.prefix_queries if s.prefix_hits is not None and s.prefix_queries else None,
+        "capacity_tokens": s.capacity_tokens, "block_size": s.block_size,
+        "age_s": round(request.app.state.container.clock() - scrape.at, 3),
+    }
+
+
 def endpoint_view(
-    endpoint: Any, latencies: dict[str, tuple[float, float]], prefix_store: Any = None
+    endpoint: Any, latencies: dict[str, tuple[float, float]], prefix_store: Any = None, request: Request | None = None
 ) -> dict[str, Any]:
-    """What the admin API shows about one endpoint."""
+    """What the admin API shows about one endpoint (``engine`` only when given the ``request``)."""
     count, mean = latencies.get(endpoint.name, (0.0, 0.0))
     return {
         "name": endpoint.name,
@@ -90,6 +108,7 @@ def endpoint_view(
         "last_error": endpoint.last_error,
         "latency": {"requests": int(count), "mean_s": round(mean, 6)},
         "prefix_index_blocks": prefix_store.size(endpoint.name) if prefix_store is not None else None,
+        "engine": _engine(request, endpoint.name) if request is not None else None,
     }
 
 
@@ -129,13 +148,13 @@ async def list_endpoints(request: Request) -> dict[str, Any]:
     container = request.app.state.container
     latencies = _latencies(container)
     store = _prefix_store(request)
-    return {"data": [endpoint_view(endpoint, latencies, store) for endpoint in container.registry]}
+    return {"data": [endpoint_view(endpoint, latencies, store, request) for endpoint in container.registry]}
 
 
 @router.get("/endpoints/{name}", summary="Inspect one endpoint", responses={404: {"description": "No such endpoint"}})
 async def get_endpoint(request: Request, name: str) -> dict[str, Any]:
     container = request.app.state.container
-    return endpoint_view(_find(container, name), _latencies(container), _prefix_store(request))
+    return endpoint_view(_find(container, name), _latencies(container), _prefix_store(request), request)
 
 
 @router.post(
@@ -189,7 +208,7 @@ async def _patch(request: Request, name: str, changes: dict[str, Any]) -> dict[s
     _find(container, name)
     runtime = container.ops.runtime
     await runtime.write("endpoints", name, {**runtime.endpoint_doc(name), **changes})
-    return endpoint_view(_find(container, name), _latencies(container), _prefix_store(request))
+    return endpoint_view(_find(container, name), _latencies(container), _prefix_store(request), request)
 
 
 @router.patch("/endpoints/{name}", summary="Change an endpoint's weight or draining flag", responses={404: _NO_ENDPOINT})

@@ -9,6 +9,8 @@ otherwise every route answers 404 (no managed workers). Routes:
     ``backends.host``) and, when it is in the registry, its endpoint's health, draining flag
     and in-flight count.
     ``GET /admin/workers/{name}``: one worker, same shape.
+    ``GET /admin/workers/{name}/log?lines=N``: the last N lines (1..500, default 50; at most
+    the file's last 64 KiB) of the worker's log file, and its path.
     ``POST /admin/workers/{name}/restart``: drain (bounded), stop, relaunch; 202 at once.
     ``POST /admin/workers/{name}/drain``: drain and stop; it stays stopped; 202 at once.
     ``POST /admin/workers/{name}/start``: start a stopped or failed worker; 202 at once.
@@ -21,11 +23,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from gateway.api.admin import require_admin
 from gateway.errors import NotFoundError
 
+_TAIL_BYTES = 64 * 1024
 _RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "Missing or wrong admin key"},
     404: {"description": "Admin API disabled, no managed workers, or no such worker"},
@@ -70,6 +73,26 @@ async def list_workers(request: Request) -> dict[str, Any]:
 @router.get("/{name}", summary="One managed worker")
 async def get_worker(request: Request, name: str) -> dict[str, Any]:
     return _row(request, _supervisor_of(request, name).status(name))
+
+
+def _tail(path: str, lines: int) -> list[str]:
+    """The last ``lines`` lines of the file's last :data:`_TAIL_BYTES` bytes ([] when unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(size - _TAIL_BYTES, 0))
+            data = f.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", "replace").splitlines()[-lines:]
+
+
+@router.get("/{name}/log", summary="The last lines of a worker's log")
+async def worker_log(request: Request, name: str, lines: int = Query(50, ge=1, le=500)) -> dict[str, Any]:
+    status = _supervisor_of(request, name).status(name)
+    path = status.log_path
+    return {"name": name, "path": path, "lines": [] if path is None else _tail(path, lines)}
 
 
 @router.post("/{name}/restart", status_code=202, summary="Drain, stop and relaunch a worker")

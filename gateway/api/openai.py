@@ -115,7 +115,7 @@ async def handle_inference(
         exchange.finish(CANCELLED)
         raise
     except GatewayError as error:
-        exchange.error_type = error.code or str(error.status)
+        exchange.error_type, exchange.status = error.code or str(error.status), error.status
         exchange.finish(CLIENT_ERROR if error.status < 500 else UPSTREAM_ERROR)
         raise
     route_headers = {

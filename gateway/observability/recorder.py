@@ -11,7 +11,8 @@ the stream ends). It:
    at least two output tokens), ``kvgate_endpoint_request_duration_seconds``,
    ``kvgate_route_decisions_total`` and ``kvgate_retries_total``;
 3. queues the key's settlement (TPM correction, spend, usage record) on the :class:`KeyGate`;
-4. puts usage on the request's spans when tracing is on.
+4. puts usage on the request's spans when tracing is on;
+5. adds the request to the per-request record (``observability/request_log.py``), when given one.
 
 Every stream asks its endpoint for ``usage`` (the proxy adds ``stream_options.include_usage``
 for a client that did not, and the relay strips it); a stream that still ends without it (an
@@ -29,6 +30,7 @@ from typing import Any
 from gateway.keys.gate import KeyGate
 from gateway.keys.pricing import Pricing, TokenUsage, cost_usd
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.request_log import RequestLog
 
 _ERROR_OUTCOMES = frozenset({"client_error", "upstream_error"})
 _SERVED_OUTCOMES = frozenset({"success", "cancelled"})  # without usage: the reservation is the charge
@@ -37,10 +39,11 @@ _SERVED_OUTCOMES = frozenset({"success", "cancelled"})  # without usage: the res
 class ExchangeRecorder:
     """One per app. ``finished`` must stay cheap: it runs on every request."""
 
-    def __init__(self, metrics: GatewayMetrics, pricing: Pricing, gate: KeyGate) -> None:
+    def __init__(self, metrics: GatewayMetrics, pricing: Pricing, gate: KeyGate, log: RequestLog | None = None) -> None:
         self._metrics = metrics
         self._pricing = pricing
         self._gate = gate
+        self._log = log
 
     def finished(self, exchange: Any) -> None:
         m = self._metrics
@@ -64,6 +67,8 @@ class ExchangeRecorder:
         trace = exchange.trace
         if trace is not None:
             trace.finish(exchange, tokens, cost)
+        if self._log is not None:
+            self._log.add(exchange, tokens, cost)
 
     def _latencies(self, exchange: Any, tokens: TokenUsage | None) -> None:
         m = self._metrics

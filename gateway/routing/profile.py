@@ -45,6 +45,7 @@ from gateway.prefix.hashing import PrefixKey, PromptHasher
 from gateway.protocol.openai import InferenceRequest
 from gateway.routing import registry
 from gateway.routing.config import ProfileSettings, RoutingSettings
+from gateway.routing.decision_record import DecisionRecord
 from gateway.routing.feedback import PrefixFeedback
 from gateway.routing.filters import loaded
 from gateway.routing.metrics import RoutingMetrics
@@ -85,6 +86,11 @@ class _Breakdown(Mapping[str, Mapping[str, float]]):
         if callable(scores):
             scores = self._scores = scores()
         return scores
+
+    def computed(self) -> Scores | None:
+        """The scores if scheduling (or a reader) computed them, else None (nothing is computed here)."""
+        scores = self._scores
+        return None if callable(scores) else scores
 
     def _built(self) -> dict[str, dict[str, float]]:
         table = self._table
@@ -129,6 +135,7 @@ class ProfileDecision(Decision):
         # the first-ranked endpoint is the one tried: its prefill in flight grows until commit
         uncached = key.length - first.matched * key.block_bytes
         self._ticket = owner.feedback.prefill.expect(first.name, uncached if uncached > 0 else 0, key.blocks, now)
+        self.predicted_cached: int | None = None  # set by commit: the cached tokens predicted where it went
 
     @property
     def candidates(self) -> dict[str, Candidate]:
@@ -152,7 +159,7 @@ class ProfileDecision(Decision):
     def commit(self, endpoint: Endpoint) -> None:
         self._feedback.prefill.settle(self._ticket)  # headers came with the first token: prefilled
         name = endpoint.spec.name
-        predicted = self.predicted(name)
+        self.predicted_cached = predicted = self.predicted(name)
         self._store.record(name, self.key)
         self._feedback.committed(name, predicted)
 
@@ -166,6 +173,13 @@ class ProfileDecision(Decision):
         # time may or may not have been cached when the engine admitted this one: not judged
         judge = candidate is None or candidate.matched <= indexed
         self._feedback.observe(name, self.key, indexed, usage, self._clock() - self._started, judge=judge)
+
+    def record(self) -> DecisionRecord:
+        """What the per-request record keeps of this decision (``routing/decision_record.py``): no prompt."""
+        return DecisionRecord(
+            self.profile, self.cluster, self.ranked, self._candidates, self.breakdown.computed(),
+            self.filtered, self.hints, self.key, self._feedback, self.predicted_cached,
+        )
 
     def explain(self) -> dict[str, Any]:
         """The decision as JSON-ready data (admin explain route: nothing is sent, nothing stays pending)."""

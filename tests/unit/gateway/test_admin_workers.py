@@ -106,3 +106,24 @@ async def test_wrong_key_is_401_and_no_supervisor_is_404() -> None:
         assert (await client.get("/admin/workers", headers={"Authorization": "Bearer wrong"})).status_code == 401
         response = await client.get("/admin/workers", headers=ADMIN)
     assert response.status_code == 404 and "no worker supervisor" in response.json()["error"]["message"]
+
+
+async def test_log_tail_gives_the_last_lines_of_the_workers_log(
+    running: tuple[httpx.AsyncClient, WorkerSupervisor, FakeRunner], tmp_path: Path
+) -> None:
+    client, _, runner = running
+    log = tmp_path / "w0.log"
+    log.write_text("".join(f"line {i}\n" for i in range(300)) + "ERROR engine died: out of memory\n")
+    runner.created["w0"][-1].log_path = log
+    body = (await client.get("/admin/workers/w0/log", params={"lines": 3}, headers=ADMIN)).json()
+    assert body == {"name": "w0", "path": str(log), "lines": ["line 298", "line 299", "ERROR engine died: out of memory"]}
+    assert len((await client.get("/admin/workers/w0/log", headers=ADMIN)).json()["lines"]) == 50  # the default
+    log.write_bytes(b"x" * 200_000 + b"\nlast\n")  # only the file's last 64 KiB are read
+    lines = (await client.get("/admin/workers/w0/log", params={"lines": 500}, headers=ADMIN)).json()["lines"]
+    assert lines[-1] == "last" and sum(len(line) for line in lines) <= 64 * 1024
+    missing = (await client.get("/admin/workers/w1/log", headers=ADMIN)).json()
+    assert missing["lines"] == [] and missing["path"].endswith("w1.log")  # no such file yet
+    for bad in (0, 501):
+        assert (await client.get("/admin/workers/w0/log", params={"lines": bad}, headers=ADMIN)).status_code == 400
+    assert (await client.get("/admin/workers/nope/log", headers=ADMIN)).status_code == 404
+    assert (await client.get("/admin/workers/w0/log")).status_code == 401

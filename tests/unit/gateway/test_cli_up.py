@@ -32,3 +32,26 @@ def test_fixed_mmap_threshold_is_accepted_by_glibc() -> None:
         assert fixed_mmap_threshold() is False
     else:
         assert fixed_mmap_threshold() is True  # mallopt returns 1 on success (glibc)
+
+
+def test_up_turns_the_console_on_for_loopback_and_prints_its_url_and_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.cli import _snippet, console_key
+
+    monkeypatch.delenv("KVGATE__ADMIN__API_KEY", raising=False)
+    assert console_key("0.0.0.0") is None and console_key("10.1.2.3") is None
+    key = console_key("127.0.0.1")
+    assert key is not None and len(key) >= 32 and key != console_key("localhost")  # fresh for each run
+    args = argparse.Namespace(host="127.0.0.1", port=8123)
+    settings = up_settings(args, [], "smollm2", key)
+    assert settings.admin.api_key is not None and settings.admin.api_key.get_secret_value() == key
+    ready = _snippet(settings, "smollm2", key)
+    lines = ready.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("kvgate is ready"))
+    assert lines[at + 1] == f"console: http://127.0.0.1:8123/admin/console  (admin key for this run: {key})"
+    # an operator's own key wins and is not printed; without any key there is no console line
+    monkeypatch.setenv("KVGATE__ADMIN__API_KEY", "operator-secret")
+    own = up_settings(args, [], "smollm2", key)
+    assert own.admin.api_key is not None and own.admin.api_key.get_secret_value() == "operator-secret"
+    assert "operator-secret" not in _snippet(own, "smollm2", key) and "KVGATE__ADMIN__API_KEY" in _snippet(own, "smollm2", key)
+    monkeypatch.delenv("KVGATE__ADMIN__API_KEY")
+    assert "console" not in _snippet(up_settings(args, [], "smollm2"), "smollm2")
