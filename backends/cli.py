@@ -6,6 +6,7 @@
     kvgate workers down                                 stop `workers up` (drains, then stops)
     kvgate plan MODEL [--kv-cache-dtype fp8] ...        KV bytes/token, tokens, blocks, concurrency
     kvgate kv-check [--urls AUTO_URL FP8_URL]           FP8 vs auto KV cache on the eval set
+    kvgate kv-lab [--study fp8|pruning|all]             FP8 formats and KV pruning measured in torch
 
 :func:`add_commands` registers them on ``kvgate``'s subparsers; each sets ``run=callable(args)->int``.
 Exit codes: 0 success, 1 failure (a worker error; kv-check: a regression above the limit),
@@ -120,6 +121,10 @@ def _kv_check(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2), flush=True)
     else:
         print(format_table(result) + "\n\n" + format_disagreements(result), flush=True)
+    if not result.passed:
+        from backends.kv_lab.launch import findings_hint
+
+        print("\n" + findings_hint(), flush=True)
     return 0 if result.passed else 1
 
 
@@ -137,6 +142,21 @@ async def _kv_check_runs(args: argparse.Namespace, items: list[Any]) -> tuple[An
     async with start_pair(runtime, dtypes, cpu_count=os.cpu_count() or 1) as (base, cand):
         _say(f"asking {len(items)} questions, greedy, alternating between {base.origin} and {cand.origin}")
         return await run_pair(base, cand, items, max_tokens=args.max_tokens)
+
+
+# -- kvgate kv-lab ----------------------------------------------------------------------------
+def _kv_lab(args: argparse.Namespace) -> int:
+    from backends.kv_lab.launch import run_lab
+
+    extra = ["--study", args.study, "--long-count", str(args.long_count), "--long-words", str(args.long_words),
+             "--tail", str(args.tail), "--budgets", *map(str, args.budgets)]
+    for flag, value in (("--eval", args.eval), ("--eval-limit", args.eval_limit), ("--threads", args.threads),
+                        ("--max-layers", args.max_layers)):
+        if value is not None:
+            extra += [flag, str(value)]
+    if args.policies:
+        extra += ["--policies", *args.policies]
+    return run_lab(extra, out_dir=Path(args.out) if args.out else None, log=_say, plots=not args.no_plots)
 
 
 # -- kvgate workers ---------------------------------------------------------------------------
@@ -277,10 +297,11 @@ def _workers_down(args: argparse.Namespace) -> int:
 
 # -- registration -----------------------------------------------------------------------------
 def add_commands(subparsers: Any) -> None:
-    """Add ``workers``, ``plan`` and ``kv-check`` to ``kvgate``'s subparsers."""
+    """Add ``workers``, ``plan``, ``kv-check`` and ``kv-lab`` to ``kvgate``'s subparsers."""
     _add_workers(subparsers)
     _add_plan(subparsers)
     _add_kv_check(subparsers)
+    _add_kv_lab(subparsers)
 
 
 def _add_workers(subparsers: Any) -> None:
@@ -346,3 +367,22 @@ def _add_kv_check(subparsers: Any) -> None:
     check.add_argument("--min-agreement", type=float, default=0.0, help="minimum same-verdict share (default 0)")
     check.add_argument("--json", action="store_true")
     check.set_defaults(run=_guarded(_kv_check))
+
+
+def _add_kv_lab(subparsers: Any) -> None:
+    from backends.kv_lab import POLICIES
+
+    lab = subparsers.add_parser("kv-lab", help="measure FP8 KV formats and KV pruning on the prepared model (torch)")
+    lab.add_argument("--study", choices=("fp8", "pruning", "all"), default="all")
+    lab.add_argument("--out", help="output directory (default: $KVGATE_HOME/kv-lab, read by kv-check)")
+    lab.add_argument("--eval", help="JSONL eval set (default: the packaged one)")
+    lab.add_argument("--eval-limit", type=int, help="use only the first N eval questions")
+    lab.add_argument("--long-count", type=int, default=3, help="long inputs (default 3)")
+    lab.add_argument("--long-words", type=int, default=750, help="words per long input (default 750, ~1k tokens)")
+    lab.add_argument("--budgets", type=float, nargs="+", default=[0.2, 0.4, 0.6, 0.8], help="kept KV fractions")
+    lab.add_argument("--policies", nargs="+", choices=POLICIES, help="pruning policies (default: all)")
+    lab.add_argument("--tail", type=int, default=128, help="tokens scored after the pruned prefix (default 128)")
+    lab.add_argument("--threads", type=int, help="torch threads (default: free CPUs)")
+    lab.add_argument("--max-layers", type=int, help="truncate the model to N layers (quick runs)")
+    lab.add_argument("--no-plots", action="store_true", help="skip the PNG plots (and the matplotlib install)")
+    lab.set_defaults(run=_guarded(_kv_lab))
