@@ -76,7 +76,8 @@ def _plan(args: argparse.Namespace) -> int:
             budget = gpu_budget(memory, args.gpu_memory_utilization, weights, tensor_parallel_size=tp,
                                 overhead_bytes=int(args.overhead_gib * GIB))
     result = plan(geometry, kv_cache_dtype=args.kv_cache_dtype, max_model_len=args.max_model_len, budget=budget,
-                  block_size=args.block_size or DEFAULT_BLOCK_SIZE[device], tensor_parallel_size=tp)
+                  block_size=args.block_size or DEFAULT_BLOCK_SIZE[device], tensor_parallel_size=tp,
+                  kv_keep=args.kv_keep)
     print(json.dumps(result.to_dict(), indent=2) if args.json else _plan_text(geometry, result))
     return 0
 
@@ -106,7 +107,20 @@ def _plan_text(geometry: Any, p: Any) -> str:
                  ("blocks", f"{num(p.num_blocks)} x {p.block_size} tokens"), ("KV tokens", num(p.kv_cache_tokens)),
                  ("concurrent seqs", f"{num(p.max_concurrent_sequences)} of {p.max_model_len:,} tokens "
                                      f"({p.max_concurrency}x)")]
+    if p.kv_keep < 1:
+        rows += _pruning_rows(p)
     return "\n".join(f"{k:<16} {v}" for k, v in rows)
+
+
+def _pruning_rows(p: Any) -> list[tuple[str, str]]:
+    """What a pruning budget buys (``--kv-keep``); vLLM does not prune: see ``kvgate kv-lab``."""
+    rows = [("kv pruning", f"keep {p.kv_keep * 100:g}% of each sequence: {p.kept_tokens_per_sequence:,} of "
+                           f"{p.max_model_len:,} tokens (not a vLLM feature; quality: `kvgate kv-lab --study pruning`)")]
+    if p.pruned_concurrency is not None:
+        rows += [("pruned seqs", f"{p.pruned_concurrent_sequences:,} of {p.max_model_len:,} tokens "
+                                 f"({p.pruned_concurrency}x)"),
+                 ("covered context", f"{p.covered_context_tokens:,} tokens")]
+    return rows
 
 
 # -- kvgate kv-check --------------------------------------------------------------------------
@@ -349,6 +363,8 @@ def _add_plan(subparsers: Any) -> None:
     plan.add_argument("--block-size", type=int, help="KV block size (default 16 on GPU, 128 on CPU)")
     plan.add_argument("--weights-gib", type=float, help="weights size (default: *.safetensors, else estimated)")
     plan.add_argument("--overhead-gib", type=float, default=2.0, help="activations, CUDA graphs... per GPU (default 2)")
+    plan.add_argument("--kv-keep", type=float, default=1.0,
+                      help="pruning budget: fraction of each sequence's KV kept, in (0, 1] (default 1: none)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(run=_guarded(_plan))
 
