@@ -7,6 +7,7 @@
     kvgate plan MODEL [--kv-cache-dtype fp8] ...        KV bytes/token, tokens, blocks, concurrency
     kvgate plan --host [MODEL]                          what this host can run: KV dtypes, why, capacity
     kvgate kv-check [--urls AUTO_URL FP8_URL]           FP8 vs auto KV cache on the eval set
+    kvgate kv-lab [--study fp8|pruning|all]             FP8 formats and KV pruning measured in torch
 
 :func:`add_commands` registers them on ``kvgate``'s subparsers; each sets ``run=callable(args)->int``.
 Exit codes: 0 success, 1 failure (a worker error; kv-check: a regression above the limit),
@@ -83,7 +84,8 @@ def _plan(args: argparse.Namespace) -> int:
             budget = gpu_budget(memory, args.gpu_memory_utilization, weights, tensor_parallel_size=tp,
                                 overhead_bytes=int(args.overhead_gib * GIB))
     result = plan(geometry, kv_cache_dtype=args.kv_cache_dtype, max_model_len=args.max_model_len, budget=budget,
-                  block_size=args.block_size or DEFAULT_BLOCK_SIZE[device], tensor_parallel_size=tp)
+                  block_size=args.block_size or DEFAULT_BLOCK_SIZE[device], tensor_parallel_size=tp,
+                  kv_keep=args.kv_keep)
     print(json.dumps(result.to_dict(), indent=2) if args.json else _plan_text(geometry, result))
     return 0
 
@@ -113,7 +115,20 @@ def _plan_text(geometry: Any, p: Any) -> str:
                  ("blocks", f"{num(p.num_blocks)} x {p.block_size} tokens"), ("KV tokens", num(p.kv_cache_tokens)),
                  ("concurrent seqs", f"{num(p.max_concurrent_sequences)} of {p.max_model_len:,} tokens "
                                      f"({p.max_concurrency}x)")]
+    if p.kv_keep < 1:
+        rows += _pruning_rows(p)
     return "\n".join(f"{k:<16} {v}" for k, v in rows)
+
+
+def _pruning_rows(p: Any) -> list[tuple[str, str]]:
+    """What a pruning budget buys (``--kv-keep``); vLLM does not prune: see ``kvgate kv-lab``."""
+    rows = [("kv pruning", f"keep {p.kv_keep * 100:g}% of each sequence: {p.kept_tokens_per_sequence:,} of "
+                           f"{p.max_model_len:,} tokens (not a vLLM feature; quality: `kvgate kv-lab --study pruning`)")]
+    if p.pruned_concurrency is not None:
+        rows += [("pruned seqs", f"{p.pruned_concurrent_sequences:,} of {p.max_model_len:,} tokens "
+                                 f"({p.pruned_concurrency}x)"),
+                 ("covered context", f"{p.covered_context_tokens:,} tokens")]
+    return rows
 
 
 # -- kvgate kv-check --------------------------------------------------------------------------
@@ -147,6 +162,10 @@ def _kv_check(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2), flush=True)
     else:
         print(format_table(result) + "\n\n" + format_disagreements(result), flush=True)
+    if not result.passed:
+        from backends.kv_lab.launch import findings_hint
+
+        print("\n" + findings_hint(), flush=True)
     return 0 if result.passed else 1
 
 
@@ -167,6 +186,21 @@ async def _kv_check_runs(args: argparse.Namespace, items: list[Any]) -> tuple[An
     async with start_pair(runtime, dtypes, cpu_count=os.cpu_count() or 1, dtype=dtype) as (base, cand):
         _say(f"asking {len(items)} questions, greedy, alternating between {base.origin} and {cand.origin}")
         return await run_pair(base, cand, items, max_tokens=args.max_tokens)
+
+
+# -- kvgate kv-lab ----------------------------------------------------------------------------
+def _kv_lab(args: argparse.Namespace) -> int:
+    from backends.kv_lab.launch import run_lab
+
+    extra = ["--study", args.study, "--long-count", str(args.long_count), "--long-words", str(args.long_words),
+             "--tail", str(args.tail), "--budgets", *map(str, args.budgets)]
+    for flag, value in (("--eval", args.eval), ("--eval-limit", args.eval_limit), ("--threads", args.threads),
+                        ("--max-layers", args.max_layers)):
+        if value is not None:
+            extra += [flag, str(value)]
+    if args.policies:
+        extra += ["--policies", *args.policies]
+    return run_lab(extra, out_dir=Path(args.out) if args.out else None, log=_say, plots=not args.no_plots)
 
 
 # -- kvgate workers ---------------------------------------------------------------------------
@@ -327,10 +361,11 @@ def _workers_down(args: argparse.Namespace) -> int:
 
 # -- registration -----------------------------------------------------------------------------
 def add_commands(subparsers: Any) -> None:
-    """Add ``workers``, ``plan`` and ``kv-check`` to ``kvgate``'s subparsers."""
+    """Add ``workers``, ``plan``, ``kv-check`` and ``kv-lab`` to ``kvgate``'s subparsers."""
     _add_workers(subparsers)
     _add_plan(subparsers)
     _add_kv_check(subparsers)
+    _add_kv_lab(subparsers)
 
 
 def _add_workers(subparsers: Any) -> None:
@@ -382,6 +417,8 @@ def _add_plan(subparsers: Any) -> None:
     plan.add_argument("--block-size", type=int, help="KV block size (default 16 on GPU, 128 on CPU)")
     plan.add_argument("--weights-gib", type=float, help="weights size (default: *.safetensors, else estimated)")
     plan.add_argument("--overhead-gib", type=float, default=2.0, help="activations, CUDA graphs... per GPU (default 2)")
+    plan.add_argument("--kv-keep", type=float, default=1.0,
+                      help="pruning budget: fraction of each sequence's KV kept, in (0, 1] (default 1: none)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(run=_guarded(_plan))
 
@@ -402,3 +439,22 @@ def _add_kv_check(subparsers: Any) -> None:
     check.add_argument("--min-agreement", type=float, default=0.0, help="minimum same-verdict share (default 0)")
     check.add_argument("--json", action="store_true")
     check.set_defaults(run=_guarded(_kv_check))
+
+
+def _add_kv_lab(subparsers: Any) -> None:
+    from backends.kv_lab import POLICIES
+
+    lab = subparsers.add_parser("kv-lab", help="measure FP8 KV formats and KV pruning on the prepared model (torch)")
+    lab.add_argument("--study", choices=("fp8", "pruning", "all"), default="all")
+    lab.add_argument("--out", help="output directory (default: $KVGATE_HOME/kv-lab, read by kv-check)")
+    lab.add_argument("--eval", help="JSONL eval set (default: the packaged one)")
+    lab.add_argument("--eval-limit", type=int, help="use only the first N eval questions")
+    lab.add_argument("--long-count", type=int, default=3, help="long inputs (default 3)")
+    lab.add_argument("--long-words", type=int, default=750, help="words per long input (default 750, ~1k tokens)")
+    lab.add_argument("--budgets", type=float, nargs="+", default=[0.2, 0.4, 0.6, 0.8], help="kept KV fractions")
+    lab.add_argument("--policies", nargs="+", choices=POLICIES, help="pruning policies (default: all)")
+    lab.add_argument("--tail", type=int, default=128, help="tokens scored after the pruned prefix (default 128)")
+    lab.add_argument("--threads", type=int, help="torch threads (default: free CPUs)")
+    lab.add_argument("--max-layers", type=int, help="truncate the model to N layers (quick runs)")
+    lab.add_argument("--no-plots", action="store_true", help="skip the PNG plots (and the matplotlib install)")
+    lab.set_defaults(run=_guarded(_kv_lab))

@@ -18,6 +18,12 @@ ones a worker reports (``vllm:cache_config_info``, "KV cache size: N tokens" in 
 - Concurrency, as vLLM logs it: ``num_blocks / ceil(max_model_len / block_size)``;
   ``max_concurrent_sequences`` is its floor (sequences of ``max_model_len`` tokens that fit).
 
+A pruning budget (``kv_keep``, the fraction of each sequence's tokens a KV-pruning policy keeps,
+as measured by ``kvgate kv-lab --study pruning``; vLLM itself does not prune) buys: a sequence of
+``max_model_len`` tokens holds ``ceil(kv_keep * max_model_len)`` of them, so
+``pruned_concurrency = num_blocks / ceil(kept_tokens_per_sequence / block_size)``, and the cache
+covers ``covered_context_tokens = kv_cache_tokens / kv_keep`` tokens of context.
+
 KV memory per rank (:class:`KvBudget`): on CPU exactly ``VLLM_CPU_KVCACHE_SPACE`` GiB; on GPU
 ``memory * gpu_memory_utilization - weights / tp - overhead``, where ``overhead`` stands for the
 activation peak, CUDA graphs and non-torch memory that vLLM measures at start-up (default 2 GiB:
@@ -131,6 +137,12 @@ class KvPlan:
     max_concurrency: float | None = None
     max_concurrent_sequences: int | None = None
     budget: str | None = None
+    kv_keep: float = 1.0
+    """Fraction of each sequence's tokens kept by KV pruning (1.0: none)."""
+    kept_tokens_per_sequence: int | None = None
+    pruned_concurrency: float | None = None
+    pruned_concurrent_sequences: int | None = None
+    covered_context_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,10 +150,15 @@ class KvPlan:
 
 def plan(geometry: ModelGeometry, *, kv_cache_dtype: str = "fp8", max_model_len: int | None = None,
          budget: KvBudget | None = None, block_size: int = DEFAULT_BLOCK_SIZE["gpu"],
-         tensor_parallel_size: int = 1) -> KvPlan:
-    """Plan ``geometry``'s KV cache; ``max_model_len`` defaults to the model's context length."""
+         tensor_parallel_size: int = 1, kv_keep: float = 1.0) -> KvPlan:
+    """Plan ``geometry``'s KV cache; ``max_model_len`` defaults to the model's context length.
+
+    ``kv_keep``: the kept fraction of a pruning budget, in (0, 1] (see the module docstring).
+    """
     if block_size < 1:
         raise PlanError(f"--block-size: must be >= 1, got {block_size}")
+    if not 0 < kv_keep <= 1:
+        raise PlanError(f"--kv-keep: must be in (0, 1], got {kv_keep}")
     per_token = bytes_per_token(geometry, kv_cache_dtype)
     per_rank = bytes_per_token_per_rank(geometry, kv_cache_dtype, tensor_parallel_size)
     length = max_model_len if max_model_len is not None else geometry.max_position_embeddings
@@ -153,10 +170,18 @@ def plan(geometry: ModelGeometry, *, kv_cache_dtype: str = "fp8", max_model_len:
         if length:
             concurrency = blocks / math.ceil(length / block_size)
             fields.update(max_concurrency=round(concurrency, 2), max_concurrent_sequences=int(concurrency))
+        if kv_keep < 1:
+            fields["covered_context_tokens"] = int(blocks * block_size / kv_keep)
+    if kv_keep < 1 and length:
+        kept = math.ceil(kv_keep * length)
+        fields["kept_tokens_per_sequence"] = kept
+        if budget is not None:
+            pruned = fields["num_blocks"] / math.ceil(kept / block_size)
+            fields.update(pruned_concurrency=round(pruned, 2), pruned_concurrent_sequences=int(pruned))
     return KvPlan(model=geometry.name, attention=geometry.attention.value, kv_cache_dtype=kv_cache_dtype,
                   bytes_per_token=per_token, bytes_per_token_per_rank=per_rank,
                   tensor_parallel_size=tensor_parallel_size, block_size=block_size, max_model_len=length,
-                  context_bytes=per_token * length if length else None, **fields)
+                  context_bytes=per_token * length if length else None, kv_keep=kv_keep, **fields)
 
 
 def relative_error(planned: int, reported: int) -> float:
