@@ -25,6 +25,8 @@ from typing import Any
 
 from gateway.endpoints.model import Endpoint
 from gateway.prefix.hashing import PrefixKey
+from gateway.routing.config import HotSpotSettings
+from gateway.routing.filters import loaded
 from gateway.routing.types import Candidate
 from gateway.state.base import StoreView
 
@@ -33,12 +35,12 @@ class DecisionRecord:
     """See the module docstring. Built once per request; rendered only when read."""
 
     __slots__ = ("profile", "cluster", "ranked", "candidates", "scores", "filtered", "hints", "prompt", "feedback",
-                 "predicted_cached")
+                 "predicted_cached", "hot_spot")
 
     def __init__(
         self, profile: str, cluster: str, ranked: Sequence[Endpoint], candidates: Sequence[Candidate],
         scores: Any, filtered: Sequence[str], hints: Mapping[str, Any], key: PrefixKey, feedback: Any,
-        predicted_cached: int | None,
+        predicted_cached: int | None, hot_spot: HotSpotSettings,
     ) -> None:
         self.profile = profile
         self.cluster = cluster
@@ -50,6 +52,7 @@ class DecisionRecord:
         self.prompt = (key.length, len(key.blocks), key.block_bytes, key.affinity is not None)
         self.feedback = feedback
         self.predicted_cached = predicted_cached
+        self.hot_spot = hot_spot
 
     def _predicted(self, candidate: Candidate, chosen: str | None) -> int:
         if candidate.name == chosen and self.predicted_cached is not None:
@@ -80,6 +83,7 @@ class DecisionRecord:
                 "stale_stats": c is None or c.stats is None,
                 "waiting": None if c is None or c.stats is None else c.stats.waiting,
                 "kv_usage": None if c is None or c.stats is None else c.stats.kv_usage,
+                "loaded": None if c is None else loaded(c, self.hot_spot),
             })
         length, blocks, block_bytes, affinity = self.prompt
         state = self.hints.get("state")

@@ -178,7 +178,7 @@ class ProfileDecision(Decision):
         """What the per-request record keeps of this decision (``routing/decision_record.py``): no prompt."""
         return DecisionRecord(
             self.profile, self.cluster, self.ranked, self._candidates, self.breakdown.computed(),
-            self.filtered, self.hints, self.key, self._feedback, self.predicted_cached,
+            self.filtered, self.hints, self.key, self._feedback, self.predicted_cached, self._hot_spot,
         )
 
     def explain(self) -> dict[str, Any]:
