@@ -25,7 +25,7 @@ The client's own API key never reaches an endpoint; each endpoint gets only its 
 Streams: kvgate asks every endpoint for the stream's usage (``stream_options.include_usage``)
 even when the client did not, so that tokens, cost, TPM and budgets are always counted; the
 relay strips that usage before the client sees it. An endpoint that answers such a request
-with a 400 naming ``stream_options`` is asked again at once without it, and is remembered (per
+with a 400 (or 422) naming ``stream_options`` is asked again at once without it, and is remembered (per
 process) as one never to ask; its streams are then counted by estimate (``StreamRelay``). A
 stream's preamble (comments, the role chunk) is held until content arrives (``hold_preamble``):
 a stream that fails before content fails over like one that sent nothing.
@@ -348,7 +348,7 @@ class Proxy:
         try:
             source = await self._open_stream(endpoint, request, body_for(ask), exchange, route, observer, by_event or ask)
         except UpstreamClientError as error:
-            if not (ask and error.status == 400 and "stream_options" in error.message):
+            if not (ask and error.status in (400, 422) and "stream_options" in error.message):
                 raise
             if len(self._refuses_usage) < 4096:  # bounded: endpoints remembered as refusing it
                 self._refuses_usage.add(endpoint.name)

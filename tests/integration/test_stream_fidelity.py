@@ -128,10 +128,11 @@ def test_the_sdk_sees_no_usage_it_did_not_ask_for(sdk: openai.OpenAI) -> None:
     assert text == FULL and chunks and all(chunk.usage is None and chunk.choices for chunk in chunks)
 
 
+@pytest.mark.parametrize("status", [400, 422])
 def test_an_endpoint_refusing_stream_options_is_asked_without_and_remembered(
-    gw: str, sdk: openai.OpenAI, upstreams: dict[str, ScriptedUpstream]
+    gw: str, sdk: openai.OpenAI, upstreams: dict[str, ScriptedUpstream], status: int
 ) -> None:
-    upstreams["A"].script([("refuse_stream_options",), ("counter", None)])
+    upstreams["A"].script([("refuse_stream_options", status), ("counter", None)])
     upstreams["B"].script([("json", 500, {"error": {"message": "B must not be needed"}})])
     completion = tokens(gw, "completion")
     text, _, endpoint = sdk_text(sdk)

@@ -20,7 +20,7 @@ last script repeats when the queue runs dry). Steps:
                                         its usage chunk only if ``stream_options.include_usage``
                                         (as vLLM), and ``"usage": null`` in every other chunk then
                                         if ``usage_null`` is set (as OpenAI)
-    ("refuse_stream_options",)          a 400 naming ``stream_options`` if the request has it
+    ("refuse_stream_options"[, status])  a 400 (or ``status``) naming ``stream_options`` if the request has it
                                         (as some managed providers); otherwise the next steps run
     ("gzip_json", status, payload)      a JSON answer compressed with gzip (``Content-Encoding``)
     ("gzip_counter",)                   the counter's SSE answer, each event gzip-compressed and
@@ -175,7 +175,7 @@ class ScriptedUpstream:
             elif kind == "refuse_stream_options" and "stream_options" in body:
                 error = {"error": {"message": "Unrecognized request argument supplied: stream_options",
                                    "type": "invalid_request_error", "param": "stream_options", "code": None}}
-                await self._run([("json", 400, error)], body, writer)
+                await self._run([("json", step[1] if len(step) > 1 else 400, error)], body, writer)
                 return True
             elif kind == "gzip_json":
                 payload = zlib.compress(orjson.dumps(step[2]), wbits=31)
