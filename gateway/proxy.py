@@ -430,7 +430,7 @@ class Proxy:
     ) -> Upstreamed | None:
         """Continue the answer ``seen`` so far on another endpoint of the same cluster, or None."""
         for endpoint in decision.ranked:
-            if endpoint.name in tried or not endpoint.breaker.allow():
+            if endpoint.name in tried or endpoint.cooling_until or not endpoint.breaker.allow():
                 continue
             served, ask = endpoint.spec.served_model, self._asks_usage(request, endpoint)
             body = continuation_body(request, seen, served, ask_usage=ask)
@@ -447,7 +447,7 @@ class Proxy:
             except (_Retry, UpstreamClientError) as failure:
                 self._release(endpoint)
                 if isinstance(failure, _Retry):
-                    self._failed(endpoint, failure.reason, failure.error.message)
+                    self._retried(endpoint, failure)  # a 429 with Retry-After cools, no failure counted
                 else:
                     endpoint.breaker.release_probe()
                 tried.add(endpoint.name)
