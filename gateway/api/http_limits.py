@@ -221,9 +221,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 self.transport.close()
             return
         cycle = self.cycle
-        if cycle is None or not cycle.more_body or cycle.response_complete:
+        if cycle is None or not cycle.more_body:
             return
-        if self.flow.read_paused or cycle.waiting_for_100_continue:  # the gateway's turn, not the client's
+        # the gateway's turn, not the client's (the rest of a body sent after the answer is the client's)
+        if not cycle.response_complete and (self.flow.read_paused or cycle.waiting_for_100_continue):
             self._last_read = now
         left = self._last_read + self.limits.body_timeout_s - now
         if left > 0:

@@ -160,3 +160,17 @@ def read_all_until(sock: socket.socket, marker: bytes) -> bytes:
             break
         received += chunk
     return received
+
+
+def test_a_body_left_unfinished_after_the_answer_is_closed(limited: RunningGateway) -> None:
+    """The app answered without reading the body; the client sends one more byte, then nothing."""
+    head = b"POST /v1/models HTTP/1.1\r\nHost: kvgate\r\nContent-Length: 1000\r\n\r\n0123456789"
+    with slow_socket(limited.port, head, timeout_s=4.0) as sock:
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 405")
+        time.sleep(0.1)
+        sock.sendall(b"x")  # data resets uvicorn's keep-alive timer; only the body timer is left
+        read_all(sock)
+        assert _closed(sock)
