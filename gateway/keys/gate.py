@@ -60,7 +60,10 @@ class Admission:
 _MESSAGES = {
     "rpm": "Rate limit reached for requests per minute on key '{name}': limit {limit}. Retry in {wait} s.",
     "tpm": "Rate limit reached for tokens per minute on key '{name}': limit {limit}. Retry in {wait} s.",
-    "budget": "Key '{name}' exceeded its budget of ${limit} per {period}. It resets in {wait} s.",
+    "budget": (
+        "Key '{name}' exceeded its budget of ${limit} per {period}, or has too little of it left for this "
+        "request's estimated cost (a lower max_tokens reserves less). It resets in {wait} s."
+    ),
 }
 
 

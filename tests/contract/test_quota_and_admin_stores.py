@@ -145,8 +145,8 @@ async def test_budget_reservations_hold_concurrent_admissions_and_settle_to_the_
     key = f"k-{uuid.uuid4().hex[:6]}"
     limits = KeyLimits(budget_usd=0.0001, budget_period="day")  # 100 micro-USD
     verdicts = await asyncio.gather(*(quotas.admit(key, limits, NOW, 0, 30) for _ in range(10)))
-    assert [v.allowed for v in verdicts] == [True] * 3 + [False] * 7  # 30 + 30 + 30 <= 100 < 120
-    assert verdicts[3].limit == "budget"
+    assert sum(v.allowed for v in verdicts) == 3  # 30 + 30 + 30 <= 100 < 120, in whatever order they arrive
+    assert {v.limit for v in verdicts if not v.allowed} == {"budget"}
     assert await quotas.spent(key, limits, NOW) == 90  # the reservations
     settled = [Settlement(key, limits, NOW + 5, 0, "m", "c", True, cost_micro_usd=12, reserved_micro_usd=30, admitted_at=NOW)]
     await quotas.settle(settled * 3)
