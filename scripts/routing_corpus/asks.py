@@ -13,12 +13,12 @@ first), ``history`` (earlier turns come first; only the last turn decides).
 from __future__ import annotations
 
 from routing_corpus.heavy import HEAVY
-from routing_corpus.light import LIGHT
+from routing_corpus.light import ADDED, LIGHT
 from routing_corpus.tasks import Task
 
 __all__ = ["HISTORY", "TASKS", "Task"]
 
-TASKS = LIGHT + HEAVY
+TASKS = LIGHT + HEAVY + ADDED
 
 # -- history turns for multi-turn items: (user, assistant) ---------------------------------------
 

@@ -270,3 +270,26 @@ LIGHT = [
         mx: Thanks ya! Bikin versi bullet points dong.
     """),
 ]
+
+ADDED = [  # tasks written after the first release of the corpus: generated last, so earlier items stay as they were
+    make_task("explain_concept", False, None, """
+        en: What's the difference between a list and a tuple in Python?
+        en: Explain what a foreign key is, briefly.
+        en: What does this regex match: ^[a-z]+@[a-z]+\\.com$ ?
+        en: Can you explain recursion like I'm five?
+        en: What's the difference between weather and climate?
+        en: In simple terms, what is compound interest?
+        en: What is the difference between "affect" and "effect"?
+        en: Explain what Docker does in two sentences.
+        id: Apa bedanya list dan tuple di Python?
+        id: Jelaskan singkat apa itu foreign key.
+        id: Regex ^[0-9]{4}$ itu artinya apa?
+        id: Jelasin rekursi kayak ke anak kecil dong.
+        id: Apa bedanya cuaca dan iklim?
+        id: Bunga majemuk itu apa, secara sederhana?
+        id: Bedanya "di" disambung dan dipisah apa?
+        id: Docker itu buat apa? Dua kalimat aja.
+        mx: Apa sih bedanya REST sama GraphQL, explain singkat aja.
+        mx: Bedanya git merge sama rebase apa? Singkat aja ya.
+    """),
+]
