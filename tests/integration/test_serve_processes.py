@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -209,7 +210,7 @@ def test_several_processes_with_memory_state_are_refused(tmp_path: Path, upstrea
     assert 'state.backend = "redis"' in result.stderr and "Traceback" not in result.stderr
 
 
-def _stream_text(url: str) -> str:
+def _stream_text(url: str, started: threading.Semaphore | None = None) -> str:
     client = _client(url, FREE)
     stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "long"}], stream=True,
                                             extra_body={"fake": "slow_stream"})
@@ -218,6 +219,8 @@ def _stream_text(url: str) -> str:
         if chunk.choices:
             parts.append(chunk.choices[0].delta.content or "")
             finish = chunk.choices[0].finish_reason
+            if started is not None and len(parts) == 1:
+                started.release()  # this stream has its first words
     assert finish == "stop"
     return "".join(parts)
 
@@ -225,8 +228,10 @@ def _stream_text(url: str) -> str:
 def test_ctrl_c_to_the_process_group_lets_streams_finish(pool: tuple[str, procs.Child]) -> None:
     url, child = pool
     with concurrent.futures.ThreadPoolExecutor(4) as threads:
-        streams = [threads.submit(_stream_text, url) for _ in range(4)]
-        time.sleep(0.8)  # every stream has its first words
+        started = threading.Semaphore(0)
+        streams = [threads.submit(_stream_text, url, started) for _ in range(4)]
+        for _ in streams:  # every stream has its first words (not a fixed sleep: a loaded machine is slow)
+            assert started.acquire(timeout=30), "a stream got no first words"
         os.killpg(child.process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: parent and children
         texts = [stream.result(timeout=30) for stream in streams]
     assert texts == ["".join(f" w{i}" for i in range(10))] * 4
