@@ -83,10 +83,12 @@ async def main() -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--kv-cache-dtype", help="default: this host's choice (backends.host)")
     parser.add_argument("--dtype", help="model dtype, e.g. bfloat16 or float32 (default: this host's choice)")
+    parser.add_argument("--start-timeout", type=float, default=900.0, help="seconds for the worker to become healthy")
     args = parser.parse_args()
     overrides = {"dtype": args.dtype} if args.dtype else None
     runtime = await asyncio.to_thread(prepare_runtime, log=lambda line: None)
     async with LocalWorkerPool(runtime, 1, enforce_eager=True, kv_cache_dtype=args.kv_cache_dtype, overrides=overrides,
+                               healthy_timeout_s=args.start_timeout,
                                log=lambda line: print(f"[bench] {line}", file=sys.stderr)) as pool:
         worker = pool.workers[0]
         settings = build_settings(
