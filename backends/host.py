@@ -195,13 +195,16 @@ class DtypeChoice:
 
 
 def choose_dtypes(facts: HostFacts, *, requested: str | None, checkpoint_dtype: str | None,
-                  params: int | None, head_dim: int | None = None) -> DtypeChoice:
+                  params: int | None, head_dim: int | None = None, dtype_asked: str | None = None) -> DtypeChoice:
     """The KV and model dtypes for a worker: FP8 (E4M3) where it runs, else the model's dtype.
 
     ``requested``: an explicit ``--kv-cache-dtype`` (None: choose). Raises ``ValueError`` (the
-    message is the reason) when an explicit dtype cannot run on this host.
+    message is the reason) when an explicit dtype cannot run on this host. ``dtype_asked``: an
+    explicit ``--dtype`` (None: chosen by :func:`model_dtype`).
     """
     dtype, dtype_why = model_dtype(facts, checkpoint_dtype, params)
+    if dtype_asked is not None:
+        dtype, dtype_why = (None if dtype_asked == "auto" else dtype_asked), f"--dtype {dtype_asked} as asked"
     storage = dtype or checkpoint_dtype or "auto (the model's dtype)"
     if requested is not None:
         support = _support(facts, requested, head_dim)

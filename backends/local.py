@@ -114,11 +114,11 @@ def host_dtypes(runtime: Runtime, kv_cache_dtype: str | None, *, cpu_kvcache_spa
 
     ``None`` chooses (FP8 where it runs, else the model's dtype) and ``log``s the one-line notice
     with the planned capacity; an explicit dtype is checked (``ValueError`` with the reason when
-    this host cannot serve it). The model ``dtype`` and the reason go into the overrides, unless
-    the caller set ``dtype`` there.
+    this host cannot serve it). The model ``dtype`` and the reason go into the overrides; a
+    ``dtype`` the caller set there wins and is said so in the notice.
     """
     chosen = choose_for_model(runtime.model_dir, kv_cache_dtype, cpu_kvcache_space_gib=cpu_kvcache_space_gib,
-                              max_model_len=max_model_len)
+                              max_model_len=max_model_len, dtype=(overrides or {}).get("dtype"))
     if log is not None:
         log(chosen.notice)
     fields = {"dtype": chosen.choice.dtype, "dtype_reason": chosen.choice.reason, **dict(overrides or {})}

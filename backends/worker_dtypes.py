@@ -47,12 +47,13 @@ def checkpoint_dtype(model: str | Path) -> str | None:
 
 def choose_for_model(model: str | Path, requested: str | None = None, *, facts: HostFacts | None = None,
                      cpu_kvcache_space_gib: float | None = None, budget: KvBudget | None = None,
-                     max_model_len: int | None = None, block_size: int | None = None) -> Chosen:
+                     max_model_len: int | None = None, block_size: int | None = None,
+                     dtype: str | None = None) -> Chosen:
     """The dtypes for ``model`` (a directory, ``config.json`` or preset) on this host.
 
     Capacity: ``budget``, else ``VLLM_CPU_KVCACHE_SPACE`` = ``cpu_kvcache_space_gib``; no
     figures when neither is given or the model cannot be planned. Raises ``ValueError`` for an
-    explicit ``requested`` dtype this host cannot run.
+    explicit ``requested`` dtype this host cannot run. ``dtype``: an explicit ``--dtype``.
     """
     facts = facts if facts is not None else host.detect()
     try:
@@ -61,7 +62,7 @@ def choose_for_model(model: str | Path, requested: str | None = None, *, facts: 
         geometry = None
     choice = choose_dtypes(facts, requested=requested, checkpoint_dtype=checkpoint_dtype(model),
                            params=geometry.params if geometry else None,
-                           head_dim=geometry.head_dim if geometry else None)
+                           head_dim=geometry.head_dim if geometry else None, dtype_asked=dtype)
     if budget is None and cpu_kvcache_space_gib:
         budget = cpu_budget(cpu_kvcache_space_gib)
     if geometry is None or budget is None:

@@ -13,8 +13,9 @@ import pytest
 
 from backends.flag_check import FlagVerdict, check_argvs, probe_argv
 from backends.runtime import Runtime
-from backends.spec import KV_CACHE_DTYPES, WorkerSpec
+from backends.spec import KV_CACHE_DTYPES, MODEL_DTYPES, WorkerSpec
 from backends.vllm_args import kv_events_json
+from tests.e2e.conftest import START_TIMEOUT_S
 from tests.unit.backends.test_vllm_args import ARGV_CASES
 
 pytestmark = pytest.mark.e2e
@@ -26,6 +27,7 @@ def matrix(model: str) -> list[WorkerSpec]:
                      cpu_kvcache_space_gib=None)
     specs = [WorkerSpec(**{**case.values[0], "model": model}) for case in ARGV_CASES]
     specs += [dataclasses.replace(cpu, kv_cache_dtype=dtype) for dtype in KV_CACHE_DTYPES]
+    specs += [dataclasses.replace(cpu, kv_cache_dtype="auto", dtype=dtype) for dtype in MODEL_DTYPES]  # --dtype
     specs += [
         dataclasses.replace(cpu, enable_prefix_caching=False, enable_chunked_prefill=False,
                             enable_prompt_tokens_details=False, enforce_eager=True),
@@ -53,7 +55,7 @@ def verdicts(vllm_runtime: Runtime) -> tuple[list[FlagVerdict], list[FlagVerdict
     """(matrix verdicts, verdicts for REJECTED), from one probe run (vLLM's import is slow)."""
     model = str(vllm_runtime.model_dir)
     argvs = [probe_argv(spec) for spec in matrix(model)] + [["--model", model, *argv] for argv in REJECTED]
-    results = check_argvs(argvs, vllm_runtime.worker_python)
+    results = check_argvs(argvs, vllm_runtime.worker_python, timeout_s=START_TIMEOUT_S)  # 180 s ran out under load
     return results[:-len(REJECTED)], results[-len(REJECTED):]
 
 

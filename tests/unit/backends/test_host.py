@@ -102,3 +102,9 @@ def test_cpuinfo_parse_and_torch_cross_check() -> None:
     assert torch_agrees(EPYC, {"avx512": False, "amx_tile": False, "avx512_bf16": False}) == []
     assert torch_agrees(EPYC, {"avx512": True}) == ["avx512: torch says True, /proc/cpuinfo says False"]
     assert detect(Path("/nonexistent/cpuinfo")).cpu_flags == frozenset()
+
+
+def test_an_asked_model_dtype_wins_and_is_said_so() -> None:
+    choice = choose_dtypes(EPYC, requested=None, dtype_asked="bfloat16", **SMOLLM2)
+    assert (choice.kv_cache_dtype, choice.dtype, choice.kv_storage) == ("auto", "bfloat16", "bfloat16")
+    assert choice.notice(46_592, 93_184).endswith("46,592 tokens instead of 93,184; --dtype bfloat16 as asked")

@@ -126,3 +126,27 @@ def test_up_reports_a_failed_worker_by_its_root_cause_and_log(on_host, tmp_path:
                           "NotImplementedError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX.")
     assert "in _get_attn_isa" in message[1] and message[-1] == f"(log: {tmp_path / 'logs' / 'local-0.log'})"
     assert "Traceback" not in err and "FP8 KV cache on CPU needs AVX-512 or AMX; this CPU has AMX: using fp8" in err
+
+
+def test_workers_up_specs_carry_the_host_choice_and_refuse_a_file_asking_for_fp8(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from backends.cli import _worker_specs
+
+    model = tmp_path / "smol"
+    model.mkdir()
+    from backends.model_presets import PRESETS
+    (model / "config.json").write_text(json.dumps(dict(PRESETS["smollm2-135m"].config)))
+    args = argparse.Namespace(config=None, kv_cache_dtype=None, max_model_len=2048, enforce_eager=True,
+                              tensor_parallel_size=1, count=2, first_port=8001, cpu_kvcache_space_gib=1)
+    specs = _worker_specs(args, str(model), "smollm2", EPYC, [])
+    assert {(s.kv_cache_dtype, s.dtype) for _, s in specs} == {("auto", "float32")}
+    assert specs[0][1].dtype_reason.startswith(REASON)
+    assert f"{REASON}: using float32 KV, 23,296 tokens instead of 93,184" in capsys.readouterr().err
+    assert {s.kv_cache_dtype for _, s in _worker_specs(args, str(model), "smollm2", SPR, [])} == {"fp8"}
+    workers_file = tmp_path / "workers.toml"
+    workers_file.write_text('[[workers]]\nkv_cache_dtype = "fp8"\n')
+    args.config = str(workers_file)
+    with pytest.raises(ValueError, match=f"^workers.worker-0.kv_cache_dtype fp8: {REASON}$"):
+        _worker_specs(args, str(model), "smollm2", EPYC, [])
