@@ -39,13 +39,18 @@ async def test_a_single_routable_endpoint_is_recorded_unscored() -> None:
     assert decision.breakdown.computed() is None  # recording computed nothing
 
 
+# code and running frames reach the test's own locals (the request) through globals and the loop
+_NOT_FOLLOWED = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+                 types.FrameType, types.CoroutineType, types.GeneratorType, types.CellType)
+
+
 def _reachable(roots: list[object], limit: int = 200_000) -> list[object]:
-    """Every object reachable from ``roots`` through references (classes and modules not followed)."""
+    """Every data object reachable from ``roots`` through references (code, frames and modules not followed)."""
     seen: dict[int, object] = {}
     stack = list(roots)
     while stack and len(seen) < limit:
         obj = stack.pop()
-        if id(obj) in seen or isinstance(obj, (type, types.ModuleType)):
+        if id(obj) in seen or isinstance(obj, _NOT_FOLLOWED):
             continue
         seen[id(obj)] = obj
         stack.extend(gc.get_referents(obj))
