@@ -136,11 +136,12 @@ def make_cache(variant: str | None, calibrator: ScaleCalibrator, num_layers: int
     return engine.QuantizedCache(*variant_scales(variant, calibrator, num_layers))
 
 
-def _prefill(lab: engine.LabModel, ids: torch.Tensor, cache: Any, start: Any, observer: Any) -> torch.Tensor:
+def _prefill(lab: engine.LabModel, ids: torch.Tensor, cache: Any, start: Any, observer: Any,
+             keep: int = 1) -> torch.Tensor:
     if observer is not None:
         engine.SESSION.observers.append(observer)
     try:
-        return engine.forward(lab, ids, cache, start)
+        return engine.forward(lab, ids, cache, start, keep)
     finally:
         if observer is not None:
             engine.SESSION.observers.remove(observer)
@@ -181,14 +182,14 @@ def long_run(lab: engine.LabModel, task_ids: Sequence[int], cache: Any, new_toke
              eos: int | None, observer: Any = None) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """One long input: ``(nll, argmax)`` over its last half (teacher-forced) and a greedy answer."""
     ids = torch.tensor([list(task_ids)])
-    logits = _prefill(lab, ids, cache, 0, observer)[0]
     half = ids.shape[1] // 2
-    nll = torch.nn.functional.cross_entropy(logits[half - 1:-1], ids[0, half:], reduction="none")
+    logits = _prefill(lab, ids, cache, 0, observer, ids.shape[1] - half + 1)[0]  # positions half-1 .. n-1
+    nll = torch.nn.functional.cross_entropy(logits[:-1], ids[0, half:], reduction="none")
     answer = [int(logits[-1].argmax())]
     while len(answer) < new_tokens and answer[-1] != eos:
         step = engine.forward(lab, torch.tensor([[answer[-1]]]), cache, ids.shape[1] + len(answer) - 1)
         answer.append(int(step[0, -1].argmax()))
-    return nll, logits[half - 1:-1].argmax(-1), [t for t in answer if t != eos]
+    return nll, logits[:-1].argmax(-1), [t for t in answer if t != eos]
 
 
 def end_to_end(lab: engine.LabModel, variant: str | None, calibrator: ScaleCalibrator,
