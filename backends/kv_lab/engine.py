@@ -145,13 +145,15 @@ class QuantizedCache(DynamicCache):
 
 
 @torch.no_grad()
-def forward(lab: LabModel, ids: torch.Tensor, cache: Any, start: int | torch.Tensor) -> torch.Tensor:
+def forward(lab: LabModel, ids: torch.Tensor, cache: Any, start: int | torch.Tensor, keep: int = 0) -> torch.Tensor:
     """One forward of ``ids`` ``[b, n]`` at positions ``start..start+n-1``; returns float32 logits.
 
-    ``start``: an int, or ``[b]`` per-row start positions (left padding).
+    ``start``: an int, or ``[b]`` per-row start positions (left padding). ``keep``: logits of the
+    last ``keep`` positions only (0: all; the LM head is a fifth of a small model's work).
     """
     n = ids.shape[1]
     base = torch.as_tensor(start).view(-1, 1)
     position_ids = (base + torch.arange(n).unsqueeze(0)).clamp(min=0).expand(ids.shape[0], n)
-    out = lab.model(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=True)
+    out = lab.model(input_ids=ids, past_key_values=cache, position_ids=position_ids, use_cache=True,
+                    logits_to_keep=keep)
     return out.logits.float()

@@ -2,7 +2,8 @@
 
 ``kvgate kv-lab`` (``backends.kv_lab.launch``) runs this with the worker venv's python, so torch
 and transformers never enter the gateway's environment. It loads the model, runs the studies,
-prints one table per study to stdout, progress bars to stderr, and writes to ``--out``:
+prints one table per study to stdout, progress bars to stderr, and writes to ``--out`` (the
+record after each study, so a long run's first study survives an interrupted second):
 
 - ``kv-lab.json``: ``{"model", "settings", "seconds", "fp8": {calibration, held_out, numerics:
   {variant: [per layer {layer, k_rel_err, v_rel_err, attn_kl}]}, end_to_end: {variant: {...}},
@@ -66,6 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.long_count < 1 or args.long_words < 50 or any(not 0 < b <= 1 for b in args.budgets):
         p.error("--long-count >= 1, --long-words >= 50 and budgets in (0, 1] are required")
+    if args.eval_limit is not None and args.eval_limit < 2:
+        p.error("--eval-limit: at least 2 (one calibration and one held-out question)")
     return args
 
 
@@ -102,10 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     bars = Bars(not args.no_progress)
     lab = engine.load_model(args.model_dir, max_layers=args.max_layers, threads=args.threads)
     long_tasks = prompts.long_tasks(args.long_count, args.long_words, seed=0)
-    record: dict[str, Any] = {"model": str(args.model_dir), "threads": torch.get_num_threads(), "layers": lab.num_layers, "kv_heads": lab.num_kv_heads,
-                              "head_dim": lab.head_dim, "settings": {k: v for k, v in vars(args).items()},
+    record: dict[str, Any] = {"model": str(args.model_dir), "threads": torch.get_num_threads(),
+                              "layers": lab.num_layers, "kv_heads": lab.num_kv_heads, "head_dim": lab.head_dim, "settings": {k: v for k, v in vars(args).items()},
                               "long_tokens": [len(lab.tokenizer.encode(t.text)) for t in long_tasks]}
     plots: list[Path] = []
+
+    def save() -> None:
+        record["seconds"] = round(time.monotonic() - started, 1)
+        record["plots"] = [str(p) for p in plots]
+        (out / "kv-lab.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+
     if args.study in ("fp8", "all"):
         record["fp8"] = run_fp8(lab, args, long_tasks, out, bars)
         print("FP8 study (held-out split; numerics per layer, end to end on the dequantized cache)\n"
@@ -113,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         if not args.no_plots:
             plots += report.plot_fp8(record["fp8"], out)
+        save()
     if args.study in ("pruning", "all"):
         settings = study_pruning.PruningSettings(policies=tuple(args.policies or pruning.POLICIES),
                                                  budgets=tuple(args.budgets), tail=args.tail)
@@ -122,9 +132,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         if not args.no_plots:
             plots += report.plot_pruning(record["pruning"], out)
-    record["seconds"] = round(time.monotonic() - started, 1)
-    record["plots"] = [str(p) for p in plots]
-    (out / "kv-lab.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+    save()
     print(f"wrote {out / 'kv-lab.json'}" + "".join(f"\nwrote {p}" for p in plots) + f"\n({record['seconds']} s)",
           flush=True)
     return 0

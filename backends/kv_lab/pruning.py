@@ -127,14 +127,17 @@ def select(policy: str, budget: int, acc: torch.Tensor, cnt: torch.Tensor, windo
     return torch.cat(parts, dim=1).sort(dim=1).values
 
 
-def run_forward(lab: engine.LabModel, cache: PrunedCache, ids: torch.Tensor) -> torch.Tensor:
-    """Forward ``ids`` ``[1, n]`` through ``cache`` with its statistics observed, then compress."""
+def run_forward(lab: engine.LabModel, cache: PrunedCache, ids: torch.Tensor, keep: int = 0) -> torch.Tensor:
+    """Forward ``ids`` ``[1, n]`` through ``cache`` with its statistics observed, then compress.
+
+    ``keep``: logits of the last ``keep`` positions only (0: all).
+    """
     n = ids.shape[1]
     start = cache.seen
     cache.begin(n)
     engine.SESSION.observers.append(cache.observe)
     try:
-        logits = engine.forward(lab, ids, cache, start)
+        logits = engine.forward(lab, ids, cache, start, keep)
     finally:
         engine.SESSION.observers.remove(cache.observe)
     cache.compress(n)

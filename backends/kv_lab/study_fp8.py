@@ -136,11 +136,12 @@ def make_cache(variant: str | None, calibrator: ScaleCalibrator, num_layers: int
     return engine.QuantizedCache(*variant_scales(variant, calibrator, num_layers))
 
 
-def _prefill(lab: engine.LabModel, ids: torch.Tensor, cache: Any, start: Any, observer: Any) -> torch.Tensor:
+def _prefill(lab: engine.LabModel, ids: torch.Tensor, cache: Any, start: Any, observer: Any,
+             keep: int = 1) -> torch.Tensor:
     if observer is not None:
         engine.SESSION.observers.append(observer)
     try:
-        return engine.forward(lab, ids, cache, start)
+        return engine.forward(lab, ids, cache, start, keep)
     finally:
         if observer is not None:
             engine.SESSION.observers.remove(observer)
@@ -181,31 +182,36 @@ def long_run(lab: engine.LabModel, task_ids: Sequence[int], cache: Any, new_toke
              eos: int | None, observer: Any = None) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """One long input: ``(nll, argmax)`` over its last half (teacher-forced) and a greedy answer."""
     ids = torch.tensor([list(task_ids)])
-    logits = _prefill(lab, ids, cache, 0, observer)[0]
     half = ids.shape[1] // 2
-    nll = torch.nn.functional.cross_entropy(logits[half - 1:-1], ids[0, half:], reduction="none")
+    logits = _prefill(lab, ids, cache, 0, observer, ids.shape[1] - half + 1)[0]  # positions half-1 .. n-1
+    nll = torch.nn.functional.cross_entropy(logits[:-1], ids[0, half:], reduction="none")
     answer = [int(logits[-1].argmax())]
     while len(answer) < new_tokens and answer[-1] != eos:
         step = engine.forward(lab, torch.tensor([[answer[-1]]]), cache, ids.shape[1] + len(answer) - 1)
         answer.append(int(step[0, -1].argmax()))
-    return nll, logits[half - 1:-1].argmax(-1), [t for t in answer if t != eos]
+    return nll, logits[:-1].argmax(-1), [t for t in answer if t != eos]
 
 
 def end_to_end(lab: engine.LabModel, variant: str | None, calibrator: ScaleCalibrator,
                eval_prompts: Sequence[Sequence[int]], long_prompts: Sequence[Sequence[int]],
-               s: Fp8Settings, observer: Any = None) -> dict[str, Any]:
+               s: Fp8Settings, observer: Any = None, tick: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """The model on ``variant``'s cache: per long prompt ``(nll, argmax, answer)``, eval answers.
 
-    ``observer`` sees every prefill (the reference run feeds the numerics with it).
+    ``observer`` sees every prefill (the reference run feeds the numerics with it); ``tick`` is
+    called after each long prompt and each eval batch.
     """
     eos = lab.tokenizer.eos_token_id
-    long = [long_run(lab, ids, make_cache(variant, calibrator, lab.num_layers), s.long_new_tokens, eos, observer)
-            for ids in long_prompts]
+    long = []
+    for ids in long_prompts:
+        long.append(long_run(lab, ids, make_cache(variant, calibrator, lab.num_layers), s.long_new_tokens, eos,
+                             observer))
+        tick()
     answers: list[list[int]] = []
     for start in range(0, len(eval_prompts), s.batch_size):
         batch = eval_prompts[start:start + s.batch_size]
         answers += generate_batch(lab, batch, make_cache(variant, calibrator, lab.num_layers), s.max_new_tokens,
                                   eos, observer)
+        tick()
     return {"long": long, "answers": answers}
 
 
@@ -252,10 +258,16 @@ def run_study(lab: engine.LabModel, eval_items: Sequence[EvalItem], long_tasks: 
     table = NumericsTable(s.numeric_variants, lab.num_layers)
     observer = NumericsObserver(table, {v: variant_scales(v, calibrator, lab.num_layers) for v in s.numeric_variants},
                                 lab.scaling)
-    for n, variant in enumerate(variants):
+    steps = len(variants) * (len(held_long) + -(-len(held_eval) // s.batch_size))
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        progress("fp8 end to end", done[0], steps)
+
+    for variant in variants:
         runs[variant] = end_to_end(lab, variant, calibrator, held_eval, held_long, s,
-                                   observer if variant is None else None)
-        progress("fp8 end to end", n + 1, len(variants))
+                                   observer if variant is None else None, tick)
     record["numerics"] = table.result()
     ref = runs[None]
     e2e = {v: _summary(runs[v], ref, lab, held_items, long_tasks) for v in s.e2e_variants}

@@ -59,7 +59,7 @@ def run_task(lab: engine.LabModel, ids: Sequence[int], answers: Sequence[str], s
     tensor = torch.tensor([list(ids)])
     tail = min(s.tail, tensor.shape[1] // 2)
     base = PrunedCache(None, 1.0)
-    last = run_forward(lab, base, tensor[:, :-tail])[0, -1]
+    last = run_forward(lab, base, tensor[:, :-tail], keep=1)[0, -1]
     rest = tensor[:, -tail:]
     ref_nll, ref_top, ref_answer = _one(lab, base, last, rest, None, 1.0, s, eos)
     progress()
