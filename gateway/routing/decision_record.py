@@ -31,6 +31,29 @@ from gateway.routing.types import Candidate
 from gateway.state.base import StoreView
 
 
+def endpoint_row(
+    name: str, c: Candidate | None, total: float | None, scores: Mapping[str, float], filtered: bool,
+    predicted_cached: int | None, hot_spot: HotSpotSettings,
+) -> dict[str, Any]:
+    """One endpoint of an explanation (``explain()`` and a recorded decision render the same rows)."""
+    stats = None if c is None else c.stats
+    return {
+        "name": name,
+        "total": total,
+        "scores": scores,
+        "filtered": filtered,
+        "routable": c is not None,
+        "matched_blocks": None if c is None else c.matched,
+        "predicted_cached_tokens": predicted_cached,
+        "affinity": None if c is None else c.affinity,
+        "in_flight": None if c is None else c.in_flight,
+        "stale_stats": stats is None,
+        "waiting": None if stats is None else stats.waiting,
+        "kv_usage": None if stats is None else stats.kv_usage,
+        "loaded": None if c is None else loaded(c, hot_spot),
+    }
+
+
 class DecisionRecord:
     """See the module docstring. Built once per request; rendered only when read."""
 
@@ -70,21 +93,11 @@ class DecisionRecord:
             name = endpoint.spec.name
             index, c = by_name.get(name, (None, None))
             scored = c is not None and totals is not None
-            endpoints.append({
-                "name": name,
-                "total": totals[index] + offset if scored else None,
-                "scores": {scorer: column[index] for scorer, column in columns} if scored else {},
-                "filtered": name in self.filtered,
-                "routable": c is not None,
-                "matched_blocks": None if c is None else c.matched,
-                "predicted_cached_tokens": None if c is None else self._predicted(c, chosen),
-                "affinity": None if c is None else c.affinity,
-                "in_flight": None if c is None else c.in_flight,
-                "stale_stats": c is None or c.stats is None,
-                "waiting": None if c is None or c.stats is None else c.stats.waiting,
-                "kv_usage": None if c is None or c.stats is None else c.stats.kv_usage,
-                "loaded": None if c is None else loaded(c, self.hot_spot),
-            })
+            endpoints.append(endpoint_row(
+                name, c, totals[index] + offset if scored else None,
+                {scorer: column[index] for scorer, column in columns} if scored else {},
+                name in self.filtered, None if c is None else self._predicted(c, chosen), self.hot_spot,
+            ))
         length, blocks, block_bytes, affinity = self.prompt
         state = self.hints.get("state")
         return {

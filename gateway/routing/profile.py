@@ -45,9 +45,8 @@ from gateway.prefix.hashing import PrefixKey, PromptHasher
 from gateway.protocol.openai import InferenceRequest
 from gateway.routing import registry
 from gateway.routing.config import ProfileSettings, RoutingSettings
-from gateway.routing.decision_record import DecisionRecord
+from gateway.routing.decision_record import DecisionRecord, endpoint_row
 from gateway.routing.feedback import PrefixFeedback
-from gateway.routing.filters import loaded
 from gateway.routing.metrics import RoutingMetrics
 from gateway.routing.producers import run_producers
 from gateway.routing.scheduler import Decision
@@ -191,21 +190,10 @@ class ProfileDecision(Decision):
         for endpoint in self.ranked:
             name = endpoint.spec.name
             c = candidates.get(name)
-            endpoints.append({
-                "name": name,
-                "total": totals.get(name),
-                "scores": self.breakdown.get(name, {}),
-                "filtered": name in self.filtered,
-                "routable": c is not None,
-                "matched_blocks": None if c is None else c.matched,
-                "predicted_cached_tokens": self.predicted(name),
-                "affinity": None if c is None else c.affinity,
-                "in_flight": None if c is None else c.in_flight,
-                "stale_stats": c is None or c.stats is None,
-                "waiting": None if c is None or c.stats is None else c.stats.waiting,
-                "kv_usage": None if c is None or c.stats is None else c.stats.kv_usage,
-                "loaded": None if c is None else loaded(c, self._hot_spot),
-            })
+            endpoints.append(endpoint_row(
+                name, c, totals.get(name), self.breakdown.get(name, {}), name in self.filtered,
+                self.predicted(name), self._hot_spot,
+            ))
         return {
             "profile": self.profile,
             "cluster": self.cluster,
