@@ -234,6 +234,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         else:
             self._refuse(_error(408, "request_timeout", "The request body stalled (server.body_timeout_s)."))
 
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request llhttp cannot parse, in OpenAI's error shape (JSON), then close."""
+        self._refuse(_error(400, "invalid_http_request", f"{msg} kvgate could not parse it as HTTP/1.1."))
+
     def _refuse(self, answer: bytes) -> None:
         """Write ``answer`` (a complete response) and close; a request being served sees a disconnect."""
         self._refusal = answer

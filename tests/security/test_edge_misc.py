@@ -92,3 +92,19 @@ def test_a_websocket_upgrade_is_answered_400(doors: RunningGateway, method: str)
         answer = read_all(sock)
     assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
     assert orjson.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "upgrade_not_supported"
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"GARBAGE\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: kvgate\r\nX-Request-Id: \x01\x02abc\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: kvgate\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: kvgate\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+], ids=["request-line", "control-byte-in-header", "chunked-and-length", "bad-chunk-size"])
+def test_a_request_http_cannot_parse_gets_an_openai_shaped_400(doors: RunningGateway, request_bytes: bytes) -> None:
+    with slow_socket(doors.port, request_bytes, timeout_s=5.0) as sock:
+        answer = read_all(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"content-type: application/json" in head.lower()
+    error = orjson.loads(body)["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "invalid_http_request"
