@@ -59,6 +59,9 @@ TOP_LEVEL: dict[str, tuple[tuple[type, ...], str]] = {
 }
 """Top-level fields kvgate reads besides ``model``, ``messages`` and ``prompt``."""
 
+AT_LEAST_ONE = frozenset(("max_tokens", "max_completion_tokens", "n"))
+"""Integer fields whose smallest valid value is 1 (OpenAI's bound; below it the engine's own 400 would come back)."""
+
 NESTED: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
     "reasoning": {"effort": (_STR, "a string"), "enabled": (_BOOL, "a boolean")},
     "chat_template_kwargs": {"enable_thinking": (_BOOL, "a boolean"), "thinking": (_BOOL, "a boolean")},
@@ -111,6 +114,10 @@ def check_fields(body: dict[str, Any]) -> None:
             continue
         if not _is(value, rule[0]):
             raise invalid_type(name, rule[1], value)
+        if name in AT_LEAST_ONE and value < 1:
+            raise InvalidRequestError(
+                f"Invalid '{name}': integer below minimum value. Expected a value >= 1, but got {value} instead.",
+                param=name, code="integer_below_min_value")
         fields = NESTED.get(name)
         if fields is not None:
             for field, inner in fields.items():

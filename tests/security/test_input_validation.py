@@ -104,6 +104,15 @@ def test_a_thinking_type_that_is_not_a_string_is_a_400(client: openai.OpenAI, ga
     _assert_refused(explained, "thinking.type")
 
 
+@pytest.mark.parametrize(("field", "value"), [("max_tokens", -1), ("max_tokens", 0), ("max_completion_tokens", -5), ("n", 0)])
+def test_a_count_below_one_is_the_gateways_400_not_the_engines(
+    client: openai.OpenAI, fake: FakeUpstream, field: str, value: int
+) -> None:
+    seen = len(fake.requests)
+    _assert_refused(_post(client, "/chat/completions", {**_base("renamed"), field: value}), field)
+    assert len(fake.requests) == seen  # no engine saw it
+
+
 MESSAGE_CASES = [
     ("content-number", [{"role": "user", "content": 5}], "messages[0].content"),
     ("content-object", [{"role": "user", "content": {"text": "hi"}}], "messages[0].content"),
