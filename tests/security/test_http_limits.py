@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway import RunningGateway, sse_data
+from tests.support.gateway import RunningGateway, read_until, sse_data
 from tests.support.security_edge import read_all, slow_socket
 
 LIMITS = {"max_header_bytes": 4096, "max_headers": 20, "header_timeout_s": 0.6, "body_timeout_s": 0.6, "keepalive_s": 0.6}
@@ -138,7 +138,7 @@ def test_a_steady_slow_body_and_a_long_stream_are_never_cut(limited: RunningGate
         for piece in pieces:  # every gap (0.2 s) shorter than body_timeout_s, the whole upload longer
             time.sleep(0.2)
             sock.sendall(piece)
-        answer = read_all_until(sock, b"data: [DONE]")
+        answer = read_until(sock, b"data: [DONE]")
     assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
     events = sse_data(answer.partition(b"\r\n\r\n")[2].replace(b"\r\n", b"\n"))
     assert events and events[-1] == "[DONE]"
@@ -150,16 +150,6 @@ def test_a_long_stream_through_the_sdk_shape_is_whole(limited: RunningGateway) -
         text = b"".join(response.iter_bytes())
     assert response.status_code == 200
     assert sse_data(text)[-1] == "[DONE]"
-
-
-def read_all_until(sock: socket.socket, marker: bytes) -> bytes:
-    received = b""
-    while marker not in received:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        received += chunk
-    return received
 
 
 def test_a_body_left_unfinished_after_the_answer_is_closed(limited: RunningGateway) -> None:
