@@ -31,7 +31,7 @@ from typing import Any
 
 from backends import paths
 from backends.errors import BackendError, PlanError
-from backends.spec import KV_CACHE_DTYPES
+from backends.workers.spec import KV_CACHE_DTYPES
 
 Run = Callable[[argparse.Namespace], int]
 
@@ -56,9 +56,9 @@ def _guarded(run: Run) -> Run:
 
 # -- kvgate plan ------------------------------------------------------------------------------
 def _plan(args: argparse.Namespace) -> int:
-    from backends.geometry import load_geometry, weights_bytes_on_disk
+    from backends.kv.geometry import load_geometry, weights_bytes_on_disk
     from backends.gpus import inventory
-    from backends.kv_capacity import DEFAULT_BLOCK_SIZE, GIB, cpu_budget, gpu_budget, plan
+    from backends.kv.planner import DEFAULT_BLOCK_SIZE, GIB, cpu_budget, gpu_budget, plan
 
     if args.host:
         from backends.host_report import plan_host
@@ -139,7 +139,7 @@ KV_CHECK_CANNOT_RUN = 3
 def _kv_check(args: argparse.Namespace) -> int:
     from backends.evalset import load_eval
     from backends.host import kv_dtype_support
-    from backends.kv_check import compare, format_disagreements, format_table
+    from backends.kv.check import compare, format_disagreements, format_table
 
     if not args.urls:  # local workers: both dtypes must run here (remote ones are the remote host's business)
         from backends.host_report import host_facts
@@ -163,15 +163,15 @@ def _kv_check(args: argparse.Namespace) -> int:
     else:
         print(format_table(result) + "\n\n" + format_disagreements(result), flush=True)
     if not result.passed:
-        from backends.kv_lab.launch import findings_hint
+        from backends.kv.lab.launch import findings_hint
 
         print("\n" + findings_hint(), flush=True)
     return 0 if result.passed else 1
 
 
 async def _kv_check_runs(args: argparse.Namespace, items: list[Any]) -> tuple[Any, Any]:
-    from backends.kv_check_run import Target, run_pair, start_pair
-    from backends.runtime import prepare_runtime
+    from backends.kv.check_run import Target, run_pair, start_pair
+    from backends.workers.prepared import prepare_runtime
 
     dtypes = (args.baseline_dtype, args.candidate_dtype)
     if args.urls:
@@ -179,7 +179,7 @@ async def _kv_check_runs(args: argparse.Namespace, items: list[Any]) -> tuple[An
                    for dtype, url in zip(dtypes, args.urls, strict=True)]
         return await run_pair(*targets, items, max_tokens=args.max_tokens)
     runtime = await asyncio.to_thread(prepare_runtime, log=_say)
-    from backends.worker_dtypes import choose_for_model
+    from backends.workers.dtypes import choose_for_model
 
     dtype = choose_for_model(runtime.model_dir, "auto").choice.dtype  # the same weights dtype for both
     _say(f"starting two workers ({dtypes[0]} and {dtypes[1]} KV cache, --dtype {dtype or 'auto'}); about 30-60 s")
@@ -190,7 +190,7 @@ async def _kv_check_runs(args: argparse.Namespace, items: list[Any]) -> tuple[An
 
 # -- kvgate kv-lab ----------------------------------------------------------------------------
 def _kv_lab(args: argparse.Namespace) -> int:
-    from backends.kv_lab.launch import run_lab
+    from backends.kv.lab.launch import run_lab
 
     extra = ["--study", args.study, "--long-count", str(args.long_count), "--long-words", str(args.long_words),
              "--tail", str(args.tail), "--budgets", *map(str, args.budgets)]
@@ -210,8 +210,8 @@ def _workers_up(args: argparse.Namespace) -> int:
 
 def _worker_specs(args: argparse.Namespace, model: str, served: str, facts: Any, gpus: list[Any]) -> list[tuple[str, Any]]:
     from backends.host import kv_dtype_support
-    from backends.worker_dtypes import choose_for_model
-    from backends.workers_file import load_workers_file, plan_workers
+    from backends.workers.dtypes import choose_for_model
+    from backends.workers.workers_file import load_workers_file, plan_workers
 
     document = load_workers_file(args.config) if args.config else None
     chosen = choose_for_model(model, args.kv_cache_dtype, facts=facts, max_model_len=args.max_model_len,
@@ -235,9 +235,9 @@ def _worker_specs(args: argparse.Namespace, model: str, served: str, facts: Any,
 
 
 async def _workers_up_async(args: argparse.Namespace) -> int:
-    from backends.runtime import prepare_runtime
-    from backends.state_file import StateFile
-    from backends.supervisor import VllmRunner, WorkerSupervisor
+    from backends.workers.prepared import prepare_runtime
+    from backends.workers.state_file import StateFile
+    from backends.workers.supervisor import VllmRunner, WorkerSupervisor
 
     from backends.host import kv_dtype_support
     from backends.host_report import host_facts
@@ -290,7 +290,7 @@ class _Announcer:
 
 
 def _read_state(required: bool = True) -> dict[str, Any] | None:
-    from backends.state_file import read_state
+    from backends.workers.state_file import read_state
 
     state = read_state(paths.workers_state_file())
     if state is None and required:
@@ -299,8 +299,8 @@ def _read_state(required: bool = True) -> dict[str, Any] | None:
 
 
 def _workers_status(args: argparse.Namespace) -> int:
-    from backends.state_file import supervisor_alive
-    from backends.worker_status import format_table
+    from backends.workers.state_file import supervisor_alive
+    from backends.workers.status import format_table
 
     state = _read_state()
     assert state is not None
@@ -319,7 +319,7 @@ def _workers_status(args: argparse.Namespace) -> int:
 
 
 def _workers_logs(args: argparse.Namespace) -> int:
-    from backends.process import tail_lines
+    from backends.workers.process import tail_lines
 
     state = _read_state(required=False) or {}
     row = next((w for w in state.get("workers", []) if w.get("name") == args.name), {})
@@ -341,7 +341,7 @@ def _workers_logs(args: argparse.Namespace) -> int:
 
 
 def _workers_down(args: argparse.Namespace) -> int:
-    from backends.state_file import supervisor_alive
+    from backends.workers.state_file import supervisor_alive
 
     state = _read_state()
     assert state is not None
@@ -400,7 +400,7 @@ def _add_workers(subparsers: Any) -> None:
 
 
 def _add_plan(subparsers: Any) -> None:
-    from backends.kv_capacity import KV_DTYPE_BYTES
+    from backends.kv.planner import KV_DTYPE_BYTES
     from backends.model_presets import PRESETS
 
     plan = subparsers.add_parser("plan", help="KV cache capacity of a model (bytes/token, tokens, sequences)")
@@ -442,7 +442,7 @@ def _add_kv_check(subparsers: Any) -> None:
 
 
 def _add_kv_lab(subparsers: Any) -> None:
-    from backends.kv_lab import POLICIES
+    from backends.kv.lab import POLICIES
 
     lab = subparsers.add_parser("kv-lab", help="measure FP8 KV formats and KV pruning on the prepared model (torch)")
     lab.add_argument("--study", choices=("fp8", "pruning", "all"), default="all")

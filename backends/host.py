@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.spec import KV_CACHE_DTYPES
+from backends.workers.spec import KV_CACHE_DTYPES
 
 FP8_KV_DTYPES: tuple[str, ...] = ("fp8", "fp8_e4m3", "fp8_e5m2")
 """The quantized KV dtypes (vLLM's ``is_quantized_kv_cache``: names starting ``fp8``)."""
@@ -123,7 +123,7 @@ def parse_cpuinfo(text: str) -> tuple[str, frozenset[str]]:
 
 
 def kv_dtype_support(facts: HostFacts, head_dim: int | None = None) -> dict[str, Support]:
-    """Every :data:`~backends.spec.KV_CACHE_DTYPES` value with whether it runs here and why."""
+    """Every :data:`~backends.workers.spec.KV_CACHE_DTYPES` value with whether it runs here and why."""
     return {dtype: _support(facts, dtype, head_dim) for dtype in KV_CACHE_DTYPES}
 
 

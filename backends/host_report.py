@@ -34,7 +34,7 @@ def host_facts(device: str = "auto") -> tuple[Any, list[Any]]:
 def plan_host(args: argparse.Namespace) -> int:
     """``kvgate plan --host``: this host's facts, each KV dtype with why, and the local default."""
     from backends.host import kv_dtype_support
-    from backends.worker_dtypes import choose_for_model
+    from backends.workers.dtypes import choose_for_model
 
     facts, _ = host_facts()
     model = args.model or _prepared_model()
@@ -43,7 +43,7 @@ def plan_host(args: argparse.Namespace) -> int:
     head_dim = None
     if model:
         with contextlib.suppress(BackendError):
-            from backends.geometry import load_geometry
+            from backends.kv.geometry import load_geometry
             head_dim = load_geometry(model).head_dim
     support = kv_dtype_support(facts, head_dim)
     torch_answer = _ask_torch() if facts.device == "cpu" else None

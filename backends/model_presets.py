@@ -1,7 +1,7 @@
 """Named model presets for the KV planner: the fields of each model's published ``config.json``.
 
 ``kvgate plan llama-3-70b`` needs no download: the preset holds the attention geometry that
-``backends.geometry`` reads from a real ``config.json``, copied from the model's Hugging Face
+``backends.kv.geometry`` reads from a real ``config.json``, copied from the model's Hugging Face
 repository (source named per preset), plus a published parameter count where the config alone
 does not give one (mixture-of-experts models). Values are read-only.
 """

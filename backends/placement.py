@@ -2,7 +2,7 @@
 
 Inputs are an inventory (``backends.gpus``), a CPU count and the number of workers; the output
 is one :class:`Placement` per worker, then :func:`worker_specs` merges placements into
-:class:`~backends.spec.WorkerSpec` values.
+:class:`~backends.workers.spec.WorkerSpec` values.
 
 GPU hosts: each worker takes ``tensor_parallel_size`` GPUs, in index order, as a contiguous group
 (``CUDA_VISIBLE_DEVICES=0,1`` then ``2,3``): vLLM's tensor-parallel group then spans neighbours,
@@ -26,7 +26,7 @@ from typing import Any
 
 from backends.errors import BackendError
 from backends.gpus import Gpu
-from backends.spec import WorkerSpec
+from backends.workers.spec import WorkerSpec
 
 CPU_ONLY_FIELDS = frozenset({"cpu_kvcache_space_gib", "cpu_omp_threads_bind"})
 GPU_ONLY_FIELDS = frozenset({"gpu_memory_utilization", "cuda_visible_devices", "tensor_parallel_size"})

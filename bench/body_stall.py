@@ -34,7 +34,7 @@ import uvicorn
 
 from gateway.api.server import uvicorn_config
 from gateway.app import create_app
-from gateway.settings import build_settings
+from gateway.config import build_settings
 
 MiB = 1024 * 1024
 UPSTREAM = """

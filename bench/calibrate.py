@@ -1,6 +1,6 @@
 """Calibration: fit the ``vllm-cpu`` latency model to the real vLLM-CPU worker, then check it.
 
-Two phases, each against **one** real worker (``backends.local.LocalWorkerPool``, stopped at the
+Two phases, each against **one** real worker (``backends.workers.local.LocalWorkerPool``, stopped at the
 end) and then against one simulated worker serving the same model name:
 
 1. ``--fit`` (real worker only): probes with streaming requests, one at a time unless stated:
@@ -182,8 +182,8 @@ def summarise(result: ReplayResult) -> Side:
 
 async def _real(requests: Sequence[TraceRequest], do_fit: bool,
                 passes: int) -> tuple[ReplayResult, LatencyModel | None, dict]:
-    from backends.local import LocalWorkerPool
-    from backends.runtime import prepare_runtime
+    from backends.workers.local import LocalWorkerPool
+    from backends.workers.prepared import prepare_runtime
 
     runtime = prepare_runtime()
     async with LocalWorkerPool(runtime, 1, enforce_eager=True) as pool:

@@ -1,7 +1,7 @@
 """kvgate's own CPU per request, without the network: the ASGI app driven in-process.
 
 A canned upstream (the :class:`~gateway.upstream.client.Upstream` seam, no sockets) answers every
-request at once, and the handler ``kvgate serve`` runs per request (``handle_inference``, as
+request at once, and the handler ``kvgate serve`` runs per request (``Proxy.handle``, as
 ``gateway/api/server.py`` calls it; ``--asgi``: the ASGI app with scope/receive/send), so the figure is
 the gateway's Python work alone: parsing, auth, route selection, scheduling (prefix hashing),
 the attempt loop, metrics and accounting. uvicorn's HTTP parsing and aiohttp's client are left
@@ -29,11 +29,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.api.openai import handle_inference  # noqa: E402
 from gateway.app import create_app  # noqa: E402
 from gateway.cli import tune_gc  # noqa: E402
 from gateway.protocol.openai import Operation  # noqa: E402
-from gateway.settings import build_settings  # noqa: E402
+from gateway.config import build_settings  # noqa: E402
 
 BODY = json.dumps({"id": "x", "object": "chat.completion", "created": 1, "model": "m",
                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi " * 20}, "finish_reason": "stop"}],
@@ -119,7 +118,7 @@ async def drive_core(app: Any, body: bytes, n: int, stream: bool) -> None:
     for _ in range(n):
         key = container.ops.gate.authenticate(headers.get("authorization"))
         state = types.SimpleNamespace(request_id="r")
-        reply, _ = await handle_inference(container, Operation.CHAT, headers, body, state, watch, key)
+        reply, _ = await container.proxy.handle(Operation.CHAT, headers, body, state, watch, key)
         if stream:
             await reply({"type": "http"}, receive, send)
         else:

@@ -42,11 +42,11 @@ from gateway.endpoints.model import Endpoint, EndpointSpec
 from gateway.endpoints.stats import StatsBoard
 from gateway.prefix.hashing import PromptHasher, canonical_prompt
 from gateway.protocol.openai import Operation, parse_request
-from gateway.routing.config import RoutingSettings
-from gateway.routing.feedback import PrefixFeedback
-from gateway.routing.metrics import RoutingMetrics
-from gateway.routing.profile import ProfileScheduler
-from gateway.routing.registry import PluginDeps
+from gateway.config import RoutingSettings
+from gateway.scheduling.feedback import PrefixFeedback
+from gateway.scheduling.metrics import RoutingMetrics
+from gateway.scheduling.profile import ProfileScheduler
+from gateway.scheduling.registry import PluginDeps
 from gateway.state.memory import MemoryStore
 
 

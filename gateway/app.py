@@ -36,11 +36,11 @@ from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedEr
 from gateway.observability.metrics import GatewayMetrics
 from gateway.operations import Operations
 from gateway.proxy import Proxy
-from gateway.routes.catalog import ModelCatalog
-from gateway.routes.metrics import RouteMetrics
-from gateway.routes.selector import RouteSelector, spent_from
-from gateway.routing.runtime import RoutingRuntime
-from gateway.settings import Settings
+from gateway.selection.catalog import ModelCatalog
+from gateway.selection.metrics import RouteMetrics
+from gateway.selection.selector import RouteSelector, spent_from
+from gateway.scheduling.service import RoutingRuntime
+from gateway.config import Settings
 from gateway.upstream.client import AiohttpUpstream, Upstream
 from gateway.upstream.native import NativeUpstream
 
@@ -60,8 +60,8 @@ class Container:
     upstream: Upstream | None = None
     proxy: Proxy | None = None
     ops: Any = None  # gateway.operations.Operations: admin state, keys and quotas, accounting, tracing
-    selector: Any = None  # gateway.routes.selector.RouteSelector: model or alias -> route, with a reason
-    supervisor: Any = None  # backends.supervisor.WorkerSupervisor of managed vLLM workers (kvgate up): /admin/workers
+    selector: Any = None  # gateway.selection.selector.RouteSelector: model or alias -> route, with a reason
+    supervisor: Any = None  # backends.workers.supervisor.WorkerSupervisor of managed vLLM workers (kvgate up): /admin/workers
 
     @staticmethod
     def json(content: Any, status: int = 200) -> Response:
@@ -203,6 +203,9 @@ def create_app(
             max_retry_after_s=settings.upstream.max_retry_after_s,
             max_cooldown_s=settings.upstream.max_rate_limit_cooldown_s,
             clock=clock,
+            selector=container.selector,
+            gate=container.ops.gate,
+            exchanges=container.ops.exchange,
         )
         checker = HealthChecker(container.registry, client, settings.health, container.metrics, board=routing.board)
         task = asyncio.create_task(checker.run()) if health_checks else None

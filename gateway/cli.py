@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:  # uvicorn and the settings (pydantic) are imported by the commands that use them,
     import uvicorn  # so that `kvgate up --kv-cache-dtype fp8` can refuse in milliseconds
 
-    from gateway.settings import Settings
+    from gateway.config import Settings
 
 log = logging.getLogger("kvgate")
 T = TypeVar("T")
@@ -97,7 +97,7 @@ def tune_gc(young_threshold: int = 50_000) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
-    from gateway.settings import ConfigError, load_settings
+    from gateway.config import ConfigError, load_settings
 
     from gateway.observability.logging import configure_logging
 
@@ -172,7 +172,7 @@ async def _serve_until_signal(server: Any, sockets: list[socket.socket] | None =
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from backends.runtime import prepare_runtime
+    from backends.workers.prepared import prepare_runtime
 
     runtime = prepare_runtime(log=_progress)
     _progress(f"ready: worker python {runtime.worker_python}, model {runtime.model_dir}")
@@ -209,7 +209,7 @@ def _check_port_free(host: str, port: int, setting: str = "--port") -> None:
     Raises:
         ConfigError: the address is in use or cannot be bound.
     """
-    from gateway.settings import ConfigError
+    from gateway.config import ConfigError
 
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -233,7 +233,7 @@ def up_settings(args: argparse.Namespace, workers: Sequence[Any], served_model: 
 
     ``admin_key`` turns the admin API and its console on (``KVGATE__ADMIN__API_KEY`` wins over it).
     """
-    from gateway.settings import build_settings
+    from gateway.config import build_settings
 
     endpoints = [{"name": worker.name, "url": worker.base_url, "model": served_model} for worker in workers]
     return build_settings(
@@ -276,11 +276,11 @@ def _snippet(settings: Settings, model: str, admin_key: str | None = None) -> st
 
 
 async def _up_async(args: argparse.Namespace) -> int:
-    from backends.local import local_supervisor
-    from backends.runtime import prepare_runtime
+    from backends.workers.local import local_supervisor
+    from backends.workers.prepared import prepare_runtime
     from gateway.app import create_app
     from gateway.endpoints.managed import ManagedEndpoints
-    from gateway.settings import ConfigError
+    from gateway.config import ConfigError
 
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -405,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except ValueError as error:
-        from gateway.settings import ConfigError
+        from gateway.config import ConfigError
 
         if not isinstance(error, ConfigError):
             raise

@@ -65,7 +65,7 @@ class Exchange:
         self.admission: Any = None  # gateway.keys.gate.Admission
         self.trace: Any = None  # gateway.observability.tracing.RequestTrace
         self._on_finish = on_finish
-        self.selection: Any = None  # gateway.routes.selector.Routed: the route selection
+        self.selection: Any = None  # gateway.selection.selector.Routed: the route selection
         self._listeners: list[Callable[[Exchange], None]] = []
 
     def add_listener(self, callback: Callable[[Exchange], None]) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from gateway.errors import InvalidRequestError
-from gateway.settings import TimeoutSettings
+from gateway.config import TimeoutSettings
 
 RETRYABLE_STATUSES = frozenset({408, 429})
 

@@ -4,7 +4,7 @@
 
 * the state stores: Redis when ``[state] backend = "redis"`` (shared by every replica; one
   client with ``quotas.store_timeout_s`` socket timeouts), else in-process stores;
-* the :class:`~gateway.runtime.Runtime` (config file + admin overlay, reload, sync loop);
+* the :class:`~gateway.live_config.Runtime` (config file + admin overlay, reload, sync loop);
 * the :class:`~gateway.keys.gate.KeyGate` (authentication, quotas, usage settlement loop);
 * the :class:`~gateway.observability.recorder.ExchangeRecorder` (cost, errors, latencies) and
   the per-request record it writes (:class:`~gateway.observability.request_log.RequestLog`);
@@ -42,9 +42,9 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.recorder import ExchangeRecorder
 from gateway.observability.request_log import RequestLog
 from gateway.observability.tracing import TracedUpstream, build_tracer_provider
-from gateway.routes.catalog import ModelCatalog
-from gateway.runtime import Runtime
-from gateway.settings import Settings
+from gateway.selection.catalog import ModelCatalog
+from gateway.live_config import Runtime
+from gateway.config import Settings
 from gateway.state.admin_sync import MemoryAdminStore, RedisAdminStore
 
 

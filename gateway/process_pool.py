@@ -9,7 +9,7 @@ new TCP connection to one listener. Keep-alive connections stay with the child t
 State that must agree across the children goes through the shared store, so more than one process
 requires ``[state] backend = "redis"`` (the prefix index, in-flight counts, client keys, quotas
 and admin changes); with ``memory`` every child would keep its own index and enforce each limit N
-times, so :func:`check_processes` refuses it with a :class:`~gateway.settings.ConfigError`.
+times, so :func:`check_processes` refuses it with a :class:`~gateway.config.ConfigError`.
 
 Prometheus: the parent points every child at one fresh ``PROMETHEUS_MULTIPROC_DIR``
 (prometheus_client's multiprocess mode), so ``GET /metrics``, whichever child answers, reports
@@ -19,7 +19,7 @@ draining, weight) are the answering child's own view.
 
 The parent serves nothing and holds no socket. It
 
-* restarts a child that exits unasked, after the backoff of ``backends.lifecycle.RestartPolicy``
+* restarts a child that exits unasked, after the backoff of ``backends.workers.lifecycle.RestartPolicy``
   (the vLLM workers' policy; here 0.5 s doubling up to 30 s), and gives up (stops every child,
   exit status 1) when one child exits ``crash_loop_limit`` (5) times within ``crash_window_s``
   (60 s): a bad port, a config the child refuses;
@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 
 from yarl import URL
 
-from backends.lifecycle import RestartPolicy
-from gateway.settings import ConfigError, Settings
+from backends.workers.lifecycle import RestartPolicy
+from gateway.config import ConfigError, Settings
 
 log = logging.getLogger("kvgate.processes")
 

@@ -14,7 +14,7 @@ Flow of one inference request (ARCHITECTURE.md, "Flow of one chat request"):
    stop there, and only the first of them counts against a breaker, so one client's bad input
    cannot open every breaker of a cluster.
 4. Hand the open response over: a complete :class:`BufferedReply`, or a
-   :class:`~gateway.upstream.streaming.StreamRelay` that owns the in-flight slot until the
+   :class:`~gateway.relay.StreamRelay` that owns the in-flight slot until the
    stream ends or the client leaves, and may continue a broken plain-text stream on another
    endpoint of the same cluster (``gateway/continuation.py``).
 5. Nothing could be tried (every breaker open): 503 with ``Retry-After`` = seconds until the
@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -53,16 +54,25 @@ from gateway.errors import (
     UpstreamTimeoutError,
     error_message_of,
 )
-from gateway.exchange import SUCCESS, Exchange
+from gateway.exchange import CANCELLED, CLIENT_ERROR, SUCCESS, UPSTREAM_ERROR, Exchange
 from gateway.failover import Route
 from gateway.keys.limits import estimate_prompt_tokens
 from gateway.observability.metrics import GatewayMetrics
-from gateway.protocol.openai import InferenceRequest
+from gateway.keys.gate import Admission, KeyGate
+from gateway.keys.model import KeyRecord
+from gateway.protocol.openai import InferenceRequest, Operation, parse_request
+from gateway.protocol.validation import check_content_type
+from gateway.selection.selector import RouteSelector
 from gateway.protocol.sse import StreamObserver
-from gateway.routes.catalog import ModelCatalog
-from gateway.routing.scheduler import Decision, Scheduler
+from gateway.selection.catalog import ModelCatalog
+from gateway.scheduling.scheduler import Decision, Scheduler
 from gateway.upstream.client import Upstream, UpstreamResponse
-from gateway.upstream.streaming import StreamRelay, Upstreamed, hold_preamble
+from gateway.relay import ClientDisconnected, StreamRelay, Upstreamed, hold_preamble
+
+Watch = Callable[[Awaitable[Any]], Awaitable[Any]]
+"""Awaits the forwarding step, raising :class:`ClientDisconnected` (and cancelling it) if the client leaves."""
+ExchangeFactory = Callable[[str, str, Callable[[], float], Admission, Any], Exchange]
+"""(request id, model, clock, admission, request state) -> a new exchange wired to the close-out."""
 
 
 @dataclass(slots=True)  # made per request, never changed: not frozen (a frozen __init__ costs ~5x)
@@ -122,7 +132,13 @@ class Proxy:
         max_retry_after_s: float,
         clock: Callable[[], float],
         max_cooldown_s: float = 0.0,
+        selector: RouteSelector | None = None,
+        gate: KeyGate | None = None,
+        exchanges: ExchangeFactory | None = None,
     ) -> None:
+        self._selector = selector
+        self._gate = gate
+        self._exchanges = exchanges
         self._catalog = catalog
         self._registry = registry
         self._scheduler = scheduler
@@ -133,6 +149,54 @@ class Proxy:
         self._max_cooldown_s = max_cooldown_s
         self._clock = clock
         self._refuses_usage: set[str] = set()  # endpoints that answered 400 to ``stream_options``
+
+    async def handle(
+        self,
+        operation: Operation,
+        headers: Mapping[str, str],
+        raw: bytes,
+        state: Any,
+        watch: Watch,
+        key: KeyRecord,
+    ) -> tuple[BufferedReply | StreamRelay, dict[str, str]]:
+        """Serve one inference request whose body ``raw`` was read by the edge.
+
+        ``headers``: lowercase names. ``state``: the request's state, with its ``request_id`` (the
+        exchange and the trace are put on it). ``key``: the authenticated client key.
+        ``watch``: awaits the forwarding step, raising ClientDisconnected if the client leaves.
+        Returns the reply and the ``x-kvgate-*`` headers to add; the caller calls a
+        :class:`BufferedReply`'s ``settle()`` once it has written it.
+
+        Raises:
+            GatewayError: the OpenAI-shaped error to answer with (the exchange is finished).
+            ClientDisconnected: the client left while the request was forwarded (finished as cancelled).
+        """
+        assert self._selector is not None and self._gate is not None and self._exchanges is not None
+        check_content_type(headers.get("content-type"))
+        parsed = parse_request(operation, raw)
+        selector = self._selector
+        routed = await selector.select(parsed, key, headers)
+        route = self.route_for(parsed, headers.get("x-failover-route"), routed.route)
+        admission = await self._gate.admit(
+            key, parsed.model, len(raw), route.clusters, lambda: selector.reservation(routed, route, len(raw))
+        )
+        exchange = self._exchanges(state.request_id, parsed.model, self._clock, admission, state)
+        selector.attach(exchange, routed)
+        try:
+            reply = await watch(self.forward(routed.request, exchange, route))
+        except ClientDisconnected:
+            exchange.finish(CANCELLED)
+            raise
+        except GatewayError as error:
+            exchange.error_type, exchange.status = error.code or str(error.status), error.status
+            exchange.finish(CLIENT_ERROR if error.status < 500 else UPSTREAM_ERROR)
+            raise
+        route_headers = {
+            "x-kvgate-route": f"{route.name}; reason={route.reason}",
+            "x-kvgate-cluster": exchange.cluster,
+            "x-kvgate-endpoint": exchange.endpoint,
+        }
+        return reply, route_headers
 
     def route_for(self, request: InferenceRequest, failover_header: str | None, selected: Route | None = None) -> Route:
         """The effective route: ``selected`` (route selection's) or the model's, then ``X-Failover-Route``.

@@ -1,13 +1,13 @@
-"""Rebuild ``gateway/routes/classifier.json`` from the labeled request corpus.
+"""Rebuild ``gateway/selection/classifier.json`` from the labeled request corpus.
 
     .venv/bin/python scripts/train_route_classifier.py [--data data/routing/requests.jsonl]
-                                                       [--out gateway/routes/classifier.json]
+                                                       [--out gateway/selection/classifier.json]
 
 Needs numpy (a development tool: ``.venv/bin/pip install numpy``; the gateway never imports it).
 Steps (deterministic, under a minute on one core):
 
 1. Read the ``train`` split of ``data/routing/requests.jsonl`` (the test splits are never read).
-2. Featurize every request with :func:`gateway.routes.signals.read_signals`, the very path the
+2. Featurize every request with :func:`gateway.selection.signals.read_signals`, the very path the
    gateway runs, so training and serving cannot drift apart. Keep features seen in at least
    ``--min-df`` requests made from at least ``--min-sources`` different templates (a feature
    only one wording produces teaches that wording, not the task).
@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gateway.protocol.openai import Operation, parse_request  # noqa: E402
-from gateway.routes.classifier import ClassifierModel  # noqa: E402
-from gateway.routes.signals import read_signals  # noqa: E402
+from gateway.selection.classifier import ClassifierModel  # noqa: E402
+from gateway.selection.signals import read_signals  # noqa: E402
 
 _EMPTY = ClassifierModel(bias=0.0, weights={}, threshold=0.5)
 
@@ -139,7 +139,7 @@ def out_of_fold(sets: list[set[str]], sources: list[str], y: np.ndarray, l2: flo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     parser.add_argument("--data", type=Path, default=ROOT / "data/routing/requests.jsonl")
-    parser.add_argument("--out", type=Path, default=ROOT / "gateway/routes/classifier.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "gateway/selection/classifier.json")
     parser.add_argument("--lambdas", default="0.3,1,3,10")
     parser.add_argument("--epochs", type=int, default=400)
     parser.add_argument("--folds", type=int, default=5)

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from backends.sim.clock import Clock
-from backends.sim.metrics import GaugeSnapshot, WorkerMetrics
+from backends.sim.prometheus import GaugeSnapshot, WorkerMetrics
 from backends.sim.output import OutputPlan, OutputPolicy
 from backends.sim.prefix_cache import PrefixCache, block_hashes
 from backends.sim.presets import EnginePreset

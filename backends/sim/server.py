@@ -21,7 +21,7 @@ from aiohttp import web
 
 from backends.sim.faults import FaultSpecError, parse_fault
 from backends.sim.generation import RequestError, check_messages, handle_generation, json_response
-from backends.sim.metrics import render
+from backends.sim.prometheus import render
 from backends.sim.responses import VLLM_VERSION, error_body, model_card
 from backends.sim.worker import SimWorker
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from backends.sim.clock import Clock, LoopClock
 from backends.sim.engine import SimEngine
 from backends.sim.faults import Fault, FaultInjector
-from backends.sim.metrics import WorkerMetrics
+from backends.sim.prometheus import WorkerMetrics
 from backends.sim.output import OutputPolicy
 from backends.sim.presets import VLLM_CPU, EnginePreset
 from backends.sim.responses import VLLM_VERSION

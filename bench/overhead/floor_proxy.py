@@ -22,7 +22,7 @@ import uvloop
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from gateway.cli import tune_gc
-from gateway.settings import UpstreamSettings
+from gateway.config import UpstreamSettings
 from gateway.upstream.native import NativeUpstream
 
 UPSTREAM: dict[str, Any] = {}

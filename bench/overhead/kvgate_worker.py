@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from gateway.app import create_app
     from gateway.cli import tune_gc
     from gateway.observability.logging import configure_logging
-    from gateway.settings import load_settings
+    from gateway.config import load_settings
 
     settings = load_settings(args.config)
     configure_logging(settings.logging.format, settings.server.log_level)

@@ -17,7 +17,7 @@ Routes (more are added by feature routers that depend on :func:`require_admin`:
     ``PATCH /admin/endpoints/NAME`` (``weight``, ``draining``), ``POST .../drain``, ``.../undrain``.
     ``POST /admin/endpoints/NAME/reset``: drop the admin changes to a config endpoint.
 
-Changes are written to the state store and applied by ``gateway/runtime.py`` on every replica.
+Changes are written to the state store and applied by ``gateway/live_config.py`` on every replica.
 Request bodies that fail validation get 400 ``invalid_request_error``.
 """
 
@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.endpoints.allowlist import check_url, parse_networks
 from gateway.errors import AuthenticationError, ConflictError, InvalidRequestError, NotFoundError
-from gateway.settings import redact_url
+from gateway.config import redact_url
 
 _NO_ENDPOINT = {"description": "No such endpoint"}
 _UNAUTHORIZED = {401: {"description": "Missing or wrong admin key"}, 404: {"description": "Admin API disabled"}}

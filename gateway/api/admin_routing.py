@@ -1,7 +1,7 @@
 """``POST /admin/routing/explain``: how kvgate would schedule a request, without sending it.
 
 The body is an OpenAI request (chat if it has ``messages``, else a completion). The endpoint
-selects the route as a real request would (``routes/selector.py``; under ``route_selection``:
+selects the route as a real request would (``selection/selector.py``; under ``route_selection``:
 signals, limits from this call's ``X-Max-*`` headers over the default key limits, each cluster's
 predicted TTFT, load, fit and estimated cost, and the reason), runs the primary cluster's
 scheduler exactly as a real request would (producers, filters, scorers, picker) and returns

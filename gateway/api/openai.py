@@ -1,7 +1,7 @@
 """The OpenAI-compatible edge: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``.
 
 Handlers stay thin: authenticate, read the body once (bounded by ``server.max_body_bytes``),
-validate the fields kvgate reads, select the route (``gateway/routes/selector.py``: model or
+validate the fields kvgate reads, select the route (``gateway/selection/selector.py``: model or
 alias, limit headers, context fit) and apply ``X-Failover-Route``, admit the key (model list
 checked on the clusters of that final route, quotas with a reservation of the estimated tokens
 and cost, ``gateway/keys/gate.py``; after the route resolved, so an unknown model costs no
@@ -14,18 +14,17 @@ renders.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable
 from typing import Any
 
 from fastapi import Request, Response
 from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 
-from gateway.errors import GatewayError, PayloadTooLargeError, UnsupportedMediaTypeError
-from gateway.exchange import CANCELLED, CLIENT_ERROR, UPSTREAM_ERROR
-from gateway.protocol.openai import Operation, parse_request
+from gateway.errors import PayloadTooLargeError
+from gateway.protocol.openai import Operation
 from gateway.proxy import BufferedReply
-from gateway.upstream.streaming import ClientDisconnected, StreamRelay, race_disconnect
+from gateway.relay import ClientDisconnected, StreamRelay, race_disconnect
 
 
 def check_body_size(declared: str | None, read: int, limit: int) -> None:
@@ -55,77 +54,6 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def check_content_type(value: str | None) -> None:
-    """Raise UnsupportedMediaTypeError (415) unless ``value`` is ``application/json``, parameters allowed.
-
-    ``value``: the request's ``Content-Type`` header, or None when absent. An absent header is
-    accepted (the body is then parsed as JSON, as FastAPI and vLLM do); any other media type
-    (``text/plain``, ``application/x-www-form-urlencoded``, ...) is refused before it is parsed.
-    """
-    if value is None:
-        return
-    media_type = value.split(";", 1)[0].strip().lower()
-    if media_type != "application/json":
-        shown = media_type[:64] or "(empty)"
-        raise UnsupportedMediaTypeError(
-            f"Content-Type must be application/json, got {shown!r}.", param="Content-Type"
-        )
-
-
-Watch = Callable[[Awaitable[Any]], Awaitable[Any]]
-"""Awaits the forwarding step, raising :class:`ClientDisconnected` (and cancelling it) if the client leaves."""
-
-
-async def handle_inference(
-    container: Any,
-    operation: Operation,
-    headers: Mapping[str, str],
-    raw: bytes,
-    state: Any,
-    watch: Watch,
-    key: Any = None,
-) -> tuple[BufferedReply | StreamRelay, dict[str, str]]:
-    """Serve one inference request whose body ``raw`` was read; server-agnostic.
-
-    Used by the ASGI handler below and by the HTTP protocol's fast path (``gateway/api/server.py``).
-    ``headers``: lowercase names. ``state``: the request's state, with its ``request_id`` (the
-    exchange and the trace are put on it). ``key``: the client's key when the caller authenticated already.
-    Returns the reply and the ``x-kvgate-*`` headers to add; the caller calls a
-    :class:`BufferedReply`'s ``settle()`` once it has written it.
-
-    Raises:
-        GatewayError: the OpenAI-shaped error to answer with (the exchange is finished).
-        ClientDisconnected: the client left while the request was forwarded (finished as cancelled).
-    """
-    gate = container.ops.gate
-    if key is None:
-        key = gate.authenticate(headers.get("authorization"))
-    check_content_type(headers.get("content-type"))
-    parsed = parse_request(operation, raw)
-    routed = await container.selector.select(parsed, key, headers)
-    route = container.proxy.route_for(parsed, headers.get("x-failover-route"), routed.route)
-    admission = await gate.admit(
-        key, parsed.model, len(raw), route.clusters, lambda: container.selector.reservation(routed, route, len(raw))
-    )
-    exchange = container.ops.exchange(state.request_id, parsed.model, container.clock, admission, state)
-    container.selector.attach(exchange, routed)
-    try:
-        reply = await watch(container.proxy.forward(routed.request, exchange, route))
-    except ClientDisconnected:
-        exchange.finish(CANCELLED)
-        raise
-    except GatewayError as error:
-        exchange.error_type, exchange.status = error.code or str(error.status), error.status
-        exchange.finish(CLIENT_ERROR if error.status < 500 else UPSTREAM_ERROR)
-        raise
-    route_headers = {
-        "x-kvgate-route": f"{route.name}; reason={route.reason}",
-        "x-kvgate-cluster": exchange.cluster,
-        "x-kvgate-endpoint": exchange.endpoint,
-    }
-    return reply, route_headers
-
-
 async def inference(request: Request, operation: Operation) -> Response:
     """Serve one inference request through ASGI (the fast path in ``api/fastpath.py`` and the routes below)."""
     container = request.app.state.container
@@ -139,9 +67,7 @@ async def inference(request: Request, operation: Operation) -> Response:
         return race_disconnect(work, request.receive)
 
     try:
-        reply, route_headers = await handle_inference(
-            container, operation, request.headers, raw, request.state, watch, key
-        )
+        reply, route_headers = await container.proxy.handle(operation, request.headers, raw, request.state, watch, key)
     except ClientDisconnected:
         return Response(status_code=499)
     if isinstance(reply, BufferedReply):

@@ -9,7 +9,7 @@ for ``POST /v1/chat/completions`` and ``POST /v1/completions`` it builds an
 :class:`InferenceCycle` instead of calling the ASGI app, which
 
 * reads the body (``server.max_body_bytes``; 413 beyond it) and calls
-  :func:`~gateway.api.openai.handle_inference` directly, with the headers as a dict;
+  :meth:`~gateway.proxy.Proxy.handle` directly, with the headers as a dict;
 * watches for the client leaving through the connection itself: the protocol's
   ``connection_lost`` cancels the forwarding step (the endpoint sees a disconnect and stops
   generating) and the exchange ends as ``cancelled``, as the ASGI path's ``race_disconnect`` does;
@@ -44,11 +44,11 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCy
 from gateway.api.fastpath import FAST_PATHS, GatewayApp
 from gateway.api.http_limits import LimitedHttpProtocol
 from gateway.api.middleware import incoming_request_id, new_request_id
-from gateway.api.openai import check_body_size, handle_inference
+from gateway.api.openai import check_body_size
 from gateway.errors import GatewayError
 from gateway.protocol.openai import Operation
 from gateway.proxy import BufferedReply
-from gateway.upstream.streaming import ClientDisconnected
+from gateway.relay import ClientDisconnected
 
 log = logging.getLogger("kvgate")
 
@@ -140,9 +140,7 @@ class InferenceCycle(RequestResponseCycle):
             if raw is None:
                 return  # left during the upload: nothing to answer, nothing to count
             state = types.SimpleNamespace(request_id=raw_id.decode())
-            reply, route_headers = await handle_inference(
-                container, self.operation, headers, raw, state, self._watch, key
-            )
+            reply, route_headers = await container.proxy.handle(self.operation, headers, raw, state, self._watch, key)
         except ClientDisconnected:
             return
         except GatewayError as error:

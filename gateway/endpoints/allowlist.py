@@ -35,7 +35,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
 from gateway.errors import InvalidRequestError
-from gateway.settings import endpoint_url_problem
+from gateway.config import endpoint_url_problem
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -31,7 +31,7 @@ from gateway.endpoints.stall import StallDetector
 from gateway.endpoints.stats import StatsBoard
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
-from gateway.settings import HealthSettings
+from gateway.config import HealthSettings
 from gateway.upstream.client import Upstream
 
 log = logging.getLogger("kvgate.health")

@@ -1,6 +1,6 @@
 """Managed workers as endpoints: the supervisor's events become registry changes.
 
-:class:`ManagedEndpoints` is a ``backends.supervisor.WorkerListener``. For each worker:
+:class:`ManagedEndpoints` is a ``backends.workers.supervisor.WorkerListener``. For each worker:
 
 - **ready** -> an :class:`Endpoint` (``source="managed"``, named after the worker, in ``cluster``)
   is added, already marked healthy (the supervisor saw ``/health`` answer 200);
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.endpoints.model import Endpoint, EndpointSpec
 from gateway.endpoints.registry import EndpointRegistry, breaker_policy
-from gateway.settings import Settings
+from gateway.config import Settings
 
 if TYPE_CHECKING:
-    from backends.worker_status import WorkerStatus
+    from backends.workers.status import WorkerStatus
 
 log = logging.getLogger("kvgate.managed")
 

@@ -2,7 +2,7 @@
 
 An :class:`Endpoint` is one OpenAI-compatible server in a cluster. Its spec never changes; its
 live state (in-flight requests, health) is owned here and changed only through the methods
-below, so every path that takes an in-flight slot gives it back (see ``upstream/streaming.py``).
+below, so every path that takes an in-flight slot gives it back (see ``relay.py``).
 
 Two independent guards decide whether an endpoint takes new requests (``routable``):
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from gateway.endpoints.circuit import BreakerPolicy
 from gateway.endpoints.model import Endpoint, EndpointSpec, Health
-from gateway.settings import ConfigError, Settings
+from gateway.config import ConfigError, Settings
 
 
 def breaker_policy(settings: Settings) -> BreakerPolicy:

@@ -24,8 +24,8 @@ from gateway.endpoints.metrics_parse import EngineStats, parse_engine_stats, res
 from gateway.endpoints.model import Endpoint
 from gateway.endpoints.registry import EndpointRegistry
 from gateway.endpoints.stats import Scrape, StatsBoard
-from gateway.routing.config import ScrapeSettings
-from gateway.routing.metrics import RoutingMetrics
+from gateway.config import ScrapeSettings
+from gateway.scheduling.metrics import RoutingMetrics
 
 log = logging.getLogger("kvgate.scraper")
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gateway.settings import AuthSettings
+from gateway.config import AuthSettings
 
 SECRET_PREFIX = "sk-kvg-"
 PERIODS = ("hour", "day", "week", "month")

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.settings import PriceSettings, Settings
+from gateway.config import PriceSettings, Settings
 
 
 @dataclass(frozen=True, slots=True)

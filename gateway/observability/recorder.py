@@ -17,7 +17,7 @@ the stream ends). It:
 Every stream asks its endpoint for ``usage`` (the proxy adds ``stream_options.include_usage``
 for a client that did not, and the relay strips it); a stream that still ends without it (an
 endpoint refusing ``stream_options``, a broken stream) carries an estimate marked
-``"estimated": true`` (``gateway/upstream/streaming.py``), priced like measured usage. A stream
+``"estimated": true`` (``gateway/relay.py``), priced like measured usage. A stream
 that ends with no usage at all (the client left before the end) costs nothing in the metrics
 here, and its key keeps the admission's reservation (estimated tokens and cost,
 ``gateway/keys/limits.py``) as its charge.

@@ -5,7 +5,7 @@
 cancels alike. It keeps one tuple per request of the exchange's fields (small values and shared objects: the
 key's record, the route selection, the token counts; no reference to the request, its body or
 its exchange), plus the scheduling decision in compact form
-(:meth:`~gateway.routing.profile.ProfileDecision.record`: candidates, the scorers' columns
+(:meth:`~gateway.scheduling.profile.ProfileDecision.record`: candidates, the scorers' columns
 already computed while scheduling, the filtered names; never the prompt), so the hot-path cost is
 one tuple and one ``deque.append`` (``bench/gateway_path.py``: see ``/work/notes/i24.md``).
 

@@ -43,7 +43,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.errors import GatewayError
-from gateway.settings import TracingSettings
+from gateway.config import TracingSettings
 
 PROPAGATOR = TraceContextTextMapPropagator()
 CURRENT: contextvars.ContextVar[RequestTrace | None] = contextvars.ContextVar("kvgate_request_trace", default=None)

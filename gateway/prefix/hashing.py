@@ -30,7 +30,7 @@ prompt costs milliseconds in Python (the simulator's regex tokenizer about 2.5 m
 fast tokenizer about 1 ms) while this whole function costs about 20 us of CPU with xxh3 without the
 memo (blake2b: about 100 us, over the 50 us budget). Blocks of bytes are converted to tokens where the engine's
 figures are needed, with a bytes-per-token ratio learned from reported usage
-(``routing/feedback.py``). Text that is not ASCII makes blocks cover fewer characters; the ratio
+(``scheduling/feedback.py``). Text that is not ASCII makes blocks cover fewer characters; the ratio
 absorbs that.
 """
 

@@ -10,7 +10,7 @@ free block first, a sequence's tail before its head). The index mirrors that wit
   (every prompt holding ``i`` also holds ``0..i-1`` and touched them later). So
 - **match** (how many leading blocks of a prompt are cached) is a binary search: about
   ``log2(blocks)`` dictionary look-ups per endpoint instead of a walk.
-- **capacity** follows the endpoint's KV capacity (``routing/feedback.py`` converts tokens to
+- **capacity** follows the endpoint's KV capacity (``scheduling/feedback.py`` converts tokens to
   blocks); :meth:`BlockLRU.resize` evicts down to a smaller one; :meth:`BlockLRU.clear` empties
   it when the endpoint restarts. Memory is bounded by the sum of capacities whatever the number
   of distinct prompts.

@@ -1,7 +1,7 @@
 """The type rules of every request field kvgate reads, checked once at parse time.
 
 kvgate reads a few fields of an OpenAI request to route, hash, rewrite and observe it
-(``gateway/protocol/openai.py``, ``routes/signals.py``, ``routes/prompt.py``,
+(``gateway/protocol/openai.py``, ``selection/signals.py``, ``selection/prompt.py``,
 ``prefix/hashing.py``, ``continuation.py``). Each of them is checked here, so a wrong type is
 a 400 ``invalid_request_error`` whose ``param`` names the field (``thinking.type``,
 ``messages[2].content``), never a 500 deeper in the gateway or an engine's 5xx that counts
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.errors import InvalidRequestError
+from gateway.errors import InvalidRequestError, UnsupportedMediaTypeError
 
 MAX_JSON_DEPTH = 128
 """Deepest nesting of objects and arrays accepted in a request body (the body itself is level 1)."""
@@ -188,3 +188,20 @@ def _deeper_than(root: dict[str, Any] | list[Any], limit: int) -> bool:
         children = value.values() if isinstance(value, dict) else value
         stack.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
     return False
+
+
+def check_content_type(value: str | None) -> None:
+    """Raise UnsupportedMediaTypeError (415) unless ``value`` is ``application/json``, parameters allowed.
+
+    ``value``: the request's ``Content-Type`` header, or None when absent. An absent header is
+    accepted (the body is then parsed as JSON, as FastAPI and vLLM do); any other media type
+    (``text/plain``, ``application/x-www-form-urlencoded``, ...) is refused before it is parsed.
+    """
+    if value is None:
+        return
+    media_type = value.split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        shown = media_type[:64] or "(empty)"
+        raise UnsupportedMediaTypeError(
+            f"Content-Type must be application/json, got {shown!r}.", param="Content-Type"
+        )

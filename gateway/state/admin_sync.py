@@ -5,7 +5,7 @@ prices; API keys; config reloads) is written here as small JSON documents groupe
 and every write bumps one version counter. Each replica polls the store's *stamp* every
 ``admin.sync_interval_s`` seconds: the version and the store's **epoch**, a random id written
 once into an empty store. When either moved it reads the whole snapshot and applies it
-(``gateway/runtime.py``). The epoch is what detects a store that lost its data (a Redis restart
+(``gateway/live_config.py``). The epoch is what detects a store that lost its data (a Redis restart
 without persistence, a flush, a failover to an empty replica): its counter restarts and can come
 back to the very value a replica last applied, but the epoch is gone, a new one is written, and
 every replica re-reads the (now empty) snapshot at its next poll instead of keeping revoked keys

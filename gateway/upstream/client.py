@@ -26,7 +26,7 @@ import aiohttp
 
 from gateway.endpoints.allowlist import ConnectGuard, GuardedResolver
 from gateway.errors import UpstreamError, UpstreamTimeoutError
-from gateway.settings import UpstreamSettings
+from gateway.config import UpstreamSettings
 from gateway.upstream.decoding import decoded
 
 

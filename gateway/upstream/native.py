@@ -53,7 +53,7 @@ import httptools
 from gateway.deadlines import deadline
 from gateway.endpoints.allowlist import ConnectGuard
 from gateway.errors import UpstreamError, UpstreamTimeoutError
-from gateway.settings import UpstreamSettings
+from gateway.config import UpstreamSettings
 from gateway.upstream.client import UpstreamResponse
 from gateway.upstream.decoding import decoded
 

@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from gateway.prefix.hashing import PrefixKey
-from gateway.routing.config import StateSettings
-from gateway.routing.metrics import RoutingMetrics
+from gateway.config import StateSettings
+from gateway.scheduling.metrics import RoutingMetrics
 from gateway.state.base import StateStore
 from gateway.state.memory import MemoryStore
 from gateway.state.redis import RedisStore

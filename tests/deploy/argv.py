@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from backends.spec import WorkerSpec
+from backends.workers.spec import WorkerSpec
 
 _VALUE_FLAGS: dict[str, tuple[str, type]] = {
     "--served-model-name": ("served_model_name", str),

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from gateway.operations import redis_client
-from gateway.settings import Settings, build_settings
+from gateway.config import Settings, build_settings
 
 from .conftest import POSITIVE_VALUES
 from .tools import (

@@ -1,7 +1,7 @@
 """The chart's vLLM command line is exactly what kvgate's own worker spec emits.
 
-For each enabled worker cluster, the values are mapped onto a :class:`backends.spec.WorkerSpec`
-(launcher ``vllm-serve``, device ``gpu``) and ``backends.vllm_args.worker_argv`` is compared with
+For each enabled worker cluster, the values are mapped onto a :class:`backends.workers.spec.WorkerSpec`
+(launcher ``vllm-serve``, device ``gpu``) and ``backends.workers.vllm_args.worker_argv`` is compared with
 the rendered container's ``command + args``, so the chart and the worker spec cannot drift.
 WorkerSpec has no KV-events field: the chart's ``--kv-events-config`` travels as extra args,
 ahead of the cluster's own ``extraArgs``.
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from backends.spec import WorkerSpec
-from backends.vllm_args import OFFLINE_ENV, worker_argv
+from backends.workers.spec import WorkerSpec
+from backends.workers.vllm_args import OFFLINE_ENV, worker_argv
 
 from .tools import CI_VALUES, container, enabled_clusters, env_map, fullname
 

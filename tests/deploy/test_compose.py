@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from backends.vllm_args import worker_argv
-from gateway.settings import build_settings
+from backends.workers.vllm_args import worker_argv
+from gateway.config import build_settings
 
 from .argv import parse_vllm_serve
 from .tools import REPO, output, run, settings_key, tool

@@ -9,7 +9,7 @@ import os
 import re
 import tomllib
 
-from gateway.settings import build_settings
+from gateway.config import build_settings
 
 from .tools import REPO
 

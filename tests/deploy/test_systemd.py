@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from backends.spec import WorkerSpec
-from backends.vllm_args import worker_argv
-from gateway.settings import build_settings
+from backends.workers.spec import WorkerSpec
+from backends.workers.vllm_args import worker_argv
+from gateway.config import build_settings
 
 from .tools import REPO, settings_key
 

@@ -173,7 +173,7 @@ def settings_key(name: str) -> str | None:
     None when kvgate reads no such key (a placeholder name that configures nothing)."""
     from pydantic import BaseModel
 
-    from gateway.settings import Settings
+    from gateway.config import Settings
 
     if not name.startswith("KVGATE__"):
         return None

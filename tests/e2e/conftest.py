@@ -20,9 +20,9 @@ import pytest
 import pytest_asyncio
 
 from backends.host import detect, kv_dtype_support
-from backends.local import LocalWorkerPool
-from backends.runtime import Runtime, prepare_runtime
-from backends.worker_dtypes import Chosen, choose_for_model
+from backends.workers.local import LocalWorkerPool
+from backends.workers.prepared import Runtime, prepare_runtime
+from backends.workers.dtypes import Chosen, choose_for_model
 
 WORKERS_ENV = "KVGATE_E2E_WORKERS"
 START_TIMEOUT_S = float(os.environ.get("KVGATE_E2E_START_TIMEOUT_S", "900"))

@@ -31,19 +31,19 @@ import pytest_asyncio
 import uvicorn
 
 from backends.evalset import load_eval
-from backends.kv_check import compare, format_table
-from backends.kv_capacity import kv_storage_dtype
-from backends.kv_check_run import Target, pair_specs, run_pair
-from backends.lifecycle import Phase, RestartPolicy
-from backends.process import pid_alive
-from backends.runtime import Runtime
-from backends.supervisor import VllmRunner, WorkerSupervisor
-from backends.worker_dtypes import Chosen
-from backends.worker_status import WorkerStatus
+from backends.kv.check import compare, format_table
+from backends.kv.planner import kv_storage_dtype
+from backends.kv.check_run import Target, pair_specs, run_pair
+from backends.workers.lifecycle import Phase, RestartPolicy
+from backends.workers.process import pid_alive
+from backends.workers.prepared import Runtime
+from backends.workers.supervisor import VllmRunner, WorkerSupervisor
+from backends.workers.dtypes import Chosen
+from backends.workers.status import WorkerStatus
 from gateway.api import admin_workers
 from gateway.app import create_app
 from gateway.endpoints.managed import ManagedEndpoints
-from gateway.settings import build_settings
+from gateway.config import build_settings
 from tests.e2e.conftest import START_TIMEOUT_S, fp8_skip_reason
 from tests.support.threads import free_port
 

@@ -15,11 +15,11 @@ import httpx
 import orjson
 import pytest
 
-from backends.local import LocalWorker, LocalWorkerPool
-from backends.process import WorkerProcess
+from backends.workers.local import LocalWorker, LocalWorkerPool
+from backends.workers.process import WorkerProcess
 from gateway.app import create_app
 from gateway.continuation import EXTENSION_FIELD
-from gateway.settings import build_settings
+from gateway.config import build_settings
 from tests.e2e.conftest import START_TIMEOUT_S
 from tests.support.threads import ServerThread
 

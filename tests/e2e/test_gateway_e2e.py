@@ -16,9 +16,9 @@ import openai
 import pytest
 import pytest_asyncio
 
-from backends.local import LocalWorkerPool
+from backends.workers.local import LocalWorkerPool
 from gateway.app import create_app
-from gateway.settings import build_settings
+from gateway.config import build_settings
 from tests.support.threads import ServerThread
 
 pytestmark = pytest.mark.e2e

@@ -1,6 +1,6 @@
 """Every flag kvgate emits is accepted by the installed vLLM's own `serve` parser (no worker starts).
 
-Runs ``backends/vllm_flag_probe.py`` in the worker venv once for a matrix of specs: the golden
+Runs ``backends/workers/vllm_flag_probe.py`` in the worker venv once for a matrix of specs: the golden
 argv cases, each KV dtype, feature toggles, GPU-only flags, reasoning parsers and KV events. A
 vLLM upgrade that renames or drops a flag fails here, not in a deployment.
 """
@@ -11,12 +11,12 @@ import dataclasses
 
 import pytest
 
-from backends.flag_check import FlagVerdict, check_argvs, probe_argv
-from backends.runtime import Runtime
-from backends.spec import KV_CACHE_DTYPES, MODEL_DTYPES, WorkerSpec
-from backends.vllm_args import kv_events_json
+from backends.workers.flag_check import FlagVerdict, check_argvs, probe_argv
+from backends.workers.prepared import Runtime
+from backends.workers.spec import KV_CACHE_DTYPES, MODEL_DTYPES, WorkerSpec
+from backends.workers.vllm_args import kv_events_json
 from tests.e2e.conftest import START_TIMEOUT_S
-from tests.unit.backends.test_vllm_args import ARGV_CASES
+from tests.unit.backends.workers.test_vllm_args import ARGV_CASES
 
 pytestmark = pytest.mark.e2e
 

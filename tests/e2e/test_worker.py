@@ -8,8 +8,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from backends.local import LocalWorker, LocalWorkerPool
-from backends.worker_dtypes import Chosen
+from backends.workers.local import LocalWorker, LocalWorkerPool
+from backends.workers.dtypes import Chosen
 
 pytestmark = pytest.mark.e2e
 

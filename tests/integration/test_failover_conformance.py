@@ -23,7 +23,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.continuation import EXTENSION_FIELD
-from gateway.settings import build_settings
+from gateway.config import build_settings
 from tests.support.scripted import ERROR_EVENT, WORDS, ScriptedUpstream, chunk_event
 from tests.support.threads import ServerThread
 

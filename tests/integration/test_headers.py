@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from gateway.app import create_app
-from gateway.settings import ConfigError, build_settings
+from gateway.config import ConfigError, build_settings
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import RunningGateway, chat_body
 

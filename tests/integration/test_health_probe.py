@@ -10,7 +10,7 @@ from gateway.endpoints.health import HealthChecker
 from gateway.endpoints.model import Health
 from gateway.endpoints.registry import EndpointRegistry
 from gateway.observability.metrics import GatewayMetrics
-from gateway.settings import build_settings
+from gateway.config import build_settings
 from gateway.upstream.client import AiohttpUpstream
 from tests.support.scripted import ScriptedUpstream
 

@@ -24,7 +24,7 @@ import pytest
 import pytest_asyncio
 
 from gateway.errors import UpstreamError
-from gateway.settings import UpstreamSettings
+from gateway.config import UpstreamSettings
 from gateway.upstream.native import NativeUpstream
 from tests.support.gateway import RunningGateway, metric
 from tests.support.scripted import ScriptedUpstream

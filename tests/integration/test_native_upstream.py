@@ -24,7 +24,7 @@ import pytest
 import pytest_asyncio
 
 from gateway.errors import UpstreamError, UpstreamTimeoutError
-from gateway.settings import UpstreamSettings
+from gateway.config import UpstreamSettings
 from gateway.upstream import native
 from gateway.upstream.native import NativeUpstream
 

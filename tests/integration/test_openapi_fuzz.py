@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
 from gateway.app import create_app
-from gateway.settings import build_settings
+from gateway.config import build_settings
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import RunningGateway
 from tests.support.ops import ADMIN_KEY, CLIENT_KEY

@@ -18,7 +18,7 @@ import pytest
 
 from bench import procs
 from gateway.app import create_app
-from gateway.settings import build_settings
+from gateway.config import build_settings
 from tests.support.threads import ServerThread, wait_until
 
 

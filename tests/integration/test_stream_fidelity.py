@@ -24,7 +24,7 @@ import orjson
 import pytest
 
 from gateway.app import create_app
-from gateway.settings import build_settings
+from gateway.config import build_settings
 from tests.support.gateway import metric
 from tests.support.scripted import ERROR_EVENT, WORDS, ScriptedUpstream, chunk_event
 from tests.support.threads import ServerThread

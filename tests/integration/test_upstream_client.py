@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 
 from gateway.errors import UpstreamError
-from gateway.settings import UpstreamSettings
+from gateway.config import UpstreamSettings
 from gateway.upstream.client import AiohttpUpstream, Upstream
 from gateway.upstream.native import NativeUpstream
 

@@ -11,7 +11,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.settings import ConfigError, build_settings
+from gateway.config import ConfigError, build_settings
 from tests.support.gateway import RunningGateway
 from tests.support.ops import ADMIN_KEY, admin, toml_config
 from tests.support.security_edge import read_all, slow_socket

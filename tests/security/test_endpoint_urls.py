@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from gateway.endpoints.model import Health
-from gateway.settings import ConfigError, build_settings
+from gateway.config import ConfigError, build_settings
 from tests.support.gateway import RunningGateway
 from tests.support.ops import ADMIN_KEY, admin
 from tests.support.security_edge import Recorder

@@ -1,6 +1,6 @@
 """Fake worker processes and time for supervisor tests (no vLLM, no sleeping).
 
-``FakeRunner`` makes scripted ``FakeProcess`` objects (the ``backends.supervisor.ManagedProcess``
+``FakeRunner`` makes scripted ``FakeProcess`` objects (the ``backends.workers.supervisor.ManagedProcess``
 protocol); ``FakeTime`` is a monotonic clock that sleeping advances; ``Recorder`` is a listener.
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from backends.errors import WorkerStartError
-from backends.lifecycle import Phase
-from backends.spec import WorkerSpec
-from backends.worker_status import WorkerStatus
+from backends.workers.lifecycle import Phase
+from backends.workers.spec import WorkerSpec
+from backends.workers.status import WorkerStatus
 
 _pids = itertools.count(1000)
 

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import create_app
 from gateway.endpoints.model import Endpoint
-from gateway.settings import build_settings
+from gateway.config import build_settings
 from tests.support.threads import ServerThread
 
 

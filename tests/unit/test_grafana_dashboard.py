@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import create_app
-from gateway.settings import build_settings
+from gateway.config import build_settings
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "kvgate-dashboard.json"
 _SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created")

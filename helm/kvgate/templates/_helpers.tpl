@@ -106,7 +106,7 @@ kvgate.io/cluster: {{ . }}
 
 {{/*
 The worker's command line after `vllm serve`: the same flags, in the same order, as
-backends.vllm_args.worker_argv emits for a WorkerSpec with launcher="vllm-serve" (a test compares
+backends.workers.vllm_args.worker_argv emits for a WorkerSpec with launcher="vllm-serve" (a test compares
 the two), then --kv-events-config, then extraArgs. Call with (dict "name" NAME "c" CLUSTER).
 */}}
 {{- define "kvgate.workerArgs" -}}

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from backends.evalset import load_eval
-from backends.lifecycle import Phase, WorkerState
-from backends.state_file import StateFile, read_state
-from backends.worker_status import WorkerStatus
+from backends.workers.lifecycle import Phase, WorkerState
+from backends.workers.state_file import StateFile, read_state
+from backends.workers.status import WorkerStatus
 from gateway.cli import main
 from tests.support.fake_workers import worker_spec
 from tests.support.fake_vllm import fake_vllm_app

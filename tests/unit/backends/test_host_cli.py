@@ -16,9 +16,9 @@ import pytest
 import backends.host
 from backends.cli import KV_CHECK_CANNOT_RUN
 from backends.host import HostFacts, detect
-from backends.lifecycle import Phase, WorkerState
-from backends.state_file import StateFile
-from backends.worker_status import WorkerStatus
+from backends.workers.lifecycle import Phase, WorkerState
+from backends.workers.state_file import StateFile
+from backends.workers.status import WorkerStatus
 from gateway.cli import main
 from tests.support.fake_workers import worker_spec
 
@@ -109,8 +109,8 @@ async def test_workers_status_shows_the_dtype_in_force_and_why(on_host, tmp_path
 def test_up_reports_a_failed_worker_by_its_root_cause_and_log(on_host, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                               monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    import backends.runtime
-    from backends.runtime import Runtime
+    import backends.workers.prepared
+    from backends.workers.prepared import Runtime
     from tests.support.threads import free_port
 
     on_host(SPR)  # FP8 is the default here: the fake engine fails the way vLLM does without AVX-512
@@ -118,7 +118,7 @@ def test_up_reports_a_failed_worker_by_its_root_cause_and_log(on_host, tmp_path:
     python.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write(open({str(FIXTURES / 'vllm_cpu_startup_fp8_avx2.log')!r}).read())\n"
                       "sys.exit(1)\n")
     python.chmod(0o755)
-    monkeypatch.setattr(backends.runtime, "prepare_runtime", lambda **kw: Runtime(python, tmp_path / "model"))
+    monkeypatch.setattr(backends.workers.prepared, "prepare_runtime", lambda **kw: Runtime(python, tmp_path / "model"))
     assert main(["up", "--port", str(free_port())]) == 1
     err = capsys.readouterr().err
     message = err[err.index("kvgate: worker local-0"):].splitlines()

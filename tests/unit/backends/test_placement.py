@@ -6,7 +6,7 @@ import pytest
 
 from backends.gpus import Gpu
 from backends.placement import Placement, PlacementError, cpu_binds, gpu_groups, place, worker_specs
-from backends.vllm_args import worker_env
+from backends.workers.vllm_args import worker_env
 
 GPUS8 = [Gpu(i, "H100", 81559, 0) for i in range(8)]
 

@@ -2,8 +2,8 @@ import orjson
 import pytest
 
 from gateway.errors import AuthenticationError, ModelNotFoundError, UpstreamClientError, UpstreamError, error_message_of
-from gateway.routes.catalog import ModelCatalog
-from gateway.settings import build_settings
+from gateway.selection.catalog import ModelCatalog
+from gateway.config import build_settings
 
 
 def test_error_body_shape() -> None:

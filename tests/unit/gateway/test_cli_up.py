@@ -4,7 +4,7 @@ import socket
 import pytest
 
 from gateway.cli import LOCAL_MAX_MODEL_LEN, _check_port_free, up_settings
-from gateway.settings import ConfigError
+from gateway.config import ConfigError
 
 
 def test_a_taken_port_fails_fast() -> None:

@@ -1,4 +1,4 @@
-"""gateway/upstream/streaming.py race_disconnect: a client that leaves cancels the work; an answer
+"""gateway/relay.py race_disconnect: a client that leaves cancels the work; an answer
 that was ready but is not sent still gets its accounting (BufferedReply.settle)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.proxy import BufferedReply
-from gateway.upstream.streaming import ClientDisconnected, race_disconnect
+from gateway.relay import ClientDisconnected, race_disconnect
 
 
 def _reply(settled: list[str]) -> BufferedReply:

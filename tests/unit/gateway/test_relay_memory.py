@@ -17,7 +17,7 @@ from gateway.endpoints.model import Endpoint, EndpointSpec
 from gateway.exchange import Exchange
 from gateway.observability.metrics import GatewayMetrics
 from gateway.protocol.sse import StreamObserver
-from gateway.upstream.streaming import StreamRelay, Upstreamed
+from gateway.relay import StreamRelay, Upstreamed
 
 
 def event(delta: dict[str, Any]) -> bytes:

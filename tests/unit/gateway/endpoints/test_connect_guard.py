@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from gateway.endpoints.allowlist import ConnectGuard, is_listener
-from gateway.settings import endpoint_url_problem, redact_url
+from gateway.config import endpoint_url_problem, redact_url
 
 
 @pytest.mark.parametrize(

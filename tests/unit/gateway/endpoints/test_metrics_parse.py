@@ -51,7 +51,7 @@ def test_parse(text: str, expected: EngineStats | None) -> None:
 
 
 def test_parses_the_simulators_metrics() -> None:
-    from backends.sim.metrics import GaugeSnapshot, WorkerMetrics, render
+    from backends.sim.prometheus import GaugeSnapshot, WorkerMetrics, render
 
     text = render("m", GaugeSnapshot(2, 1, 0.5, 100, 64, 0), WorkerMetrics(max_model_len=2048),
                   {"block_size": "16", "num_gpu_blocks": "2048", "kv_cache_size_tokens": "32768"})

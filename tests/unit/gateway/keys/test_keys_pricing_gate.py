@@ -15,7 +15,7 @@ from gateway.keys.model import KeyLimits, KeyRecord, config_keys, digest, new_ke
 from gateway.keys.pricing import Price, Pricing, TokenUsage, cost_usd
 from gateway.keys.quota_store import MemoryQuotaStore
 from gateway.keys.table import ANONYMOUS, KeyTable
-from gateway.settings import AuthSettings, build_settings
+from gateway.config import AuthSettings, build_settings
 
 NOW = 1_799_841_610.0
 

@@ -1,0 +1,160 @@
+"""Typed configuration of endpoint scheduling (``[routing]``) and shared state (``[state]``).
+
+Imported by ``gateway/config/settings.py``; every key is documented in ``config.example.toml``.
+
+``[routing] policy`` names either a **profile** (``[routing.profiles.NAME]``: producers, filters,
+weighted scorers and one picker, each by its registered kebab-case name, see
+``scheduling/registry.py``) or a basic scheduler (``least-in-flight``, ``round-robin``). The built-in
+profile ``prefix-aware`` is the default; a profile of the same name in the config replaces it.
+Names and weights are checked against the registry when the app is built.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+BASIC_POLICIES = ("least-in-flight", "round-robin")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProfileSettings(_Section):
+    """One scheduling profile: producers -> filters -> weighted scorers -> picker."""
+
+    producers: list[str] = Field(default_factory=lambda: ["state"], description="Data producers (run concurrently).")
+    filters: list[str] = Field(
+        default_factory=lambda: ["bounded-share", "bounded-load"], description="Filters, in order."
+    )
+    scorers: dict[str, float] = Field(
+        default_factory=lambda: {
+            "prefix": 3.0, "session": 1.0, "in-flight": 1.0, "queue": 1.0, "kv-usage": 0.5, "assignments": 0.5,
+            "prefill": 1.0,
+        },
+        description="Scorer name -> weight (>= 0); each scorer returns [0, 1].",
+    )
+    picker: str = Field("max-score", description="Picker that ranks the survivors.")
+
+    @field_validator("scorers")
+    @classmethod
+    def _weights(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, weight in value.items():
+            if weight < 0:
+                raise ValueError(f"weight of scorer {name!r} must be >= 0, got {weight}")
+        return value
+
+
+BUILTIN_PROFILES: dict[str, ProfileSettings] = {"prefix-aware": ProfileSettings()}
+
+
+class HotSpotSettings(_Section):
+    """The hot-spot guards (bounded loads, Mirrokni, Thorup and Zadimoghaddam, SODA 2018)."""
+
+    load_factor: float = Field(
+        2.0, ge=1.0, description="bounded-load: in_flight + 1 <= ceil(load_factor * (total + 1) / n)."
+    )
+    share_factor: float = Field(
+        1.25, ge=1.0, description="bounded-share: recent + 1 <= max(share_factor * (total + 1) / n, share_floor)."
+    )
+    share_floor: float = Field(8.0, ge=1.0, description="bounded-share never caps an endpoint below this many recent requests.")
+    share_half_life: float = Field(
+        200.0, gt=0, description="Half-life, in requests, of the recent-assignment counts of `bounded-share`."
+    )
+    busy_waiting: float = Field(
+        1.0, gt=0, description="bounded-share caps an endpoint only while it is loaded: at least this many requests "
+        "waiting in its engine queue (vllm:num_requests_waiting) ..."
+    )
+    busy_kv_usage: float = Field(
+        0.8, gt=0, le=1, description="... or its KV cache at least this full (vllm:kv_cache_usage_perc) ..."
+    )
+    busy_in_flight: float = Field(
+        2.0, gt=0, description="... or at least this many requests in flight per unit of weight (all replicas)."
+    )
+
+
+class IndexSettings(_Section):
+    """The prefix index (``gateway/prefix``) and its closed loop (``scheduling/feedback.py``)."""
+
+    block_bytes: int = Field(256, ge=16, le=65536, description="Bytes of canonical prompt per hashed block.")
+    max_blocks: int = Field(1024, ge=1, description="Most blocks hashed per prompt (bounds CPU and memory).")
+    bytes_per_token: float = Field(4.0, gt=0, description="Initial bytes per token, then learned from usage.")
+    default_capacity_tokens: int = Field(
+        262_144, ge=1, description="KV capacity assumed until the endpoint reports vllm:cache_config_info."
+    )
+    default_block_tokens: int = Field(16, ge=1, description="Engine KV block size assumed until reported.")
+    max_blocks_per_endpoint: int = Field(
+        262_144, ge=1,
+        description="Hard cap of one endpoint's index, in blocks (memory bound: about 200 bytes of gateway RSS per block, "
+        "~50 MB at the default; 262,144 blocks of 256 bytes cover ~16M tokens, more KV than one engine holds).",
+    )
+    min_scale: float = Field(0.05, gt=0, le=1, description="Lowest capacity correction of the closed loop.")
+    max_scale: float = Field(1.5, ge=1, description="Highest capacity correction of the closed loop.")
+
+
+class ScrapeSettings(_Section):
+    """Background scraping of each endpoint's Prometheus ``/metrics``."""
+
+    enabled: bool = Field(True, description="Scrape while a profile policy is in use.")
+    interval_s: float = Field(1.0, gt=0, description="Seconds between two scrapes of one endpoint.")
+    timeout_s: float = Field(1.0, gt=0, description="Timeout of one scrape, seconds.")
+    stale_after_s: float = Field(5.0, gt=0, description="Engine stats older than this are marked stale (neutral).")
+
+
+class KvEventsSettings(_Section):
+    """Precise mode: vLLM KV-cache events over ZMQ (managed workers). See scheduling/kv_events.py."""
+
+    enabled: bool = Field(False, description="Subscribe to managed workers' KV events (needs pyzmq, msgspec).")
+    bind: str = Field("tcp://127.0.0.1:5557", description="ZMQ address the gateway binds; workers connect to it.")
+
+
+class RoutingSettings(_Section):
+    """How an endpoint is chosen inside a cluster (the scheduling seam; see gateway/scheduling/)."""
+
+    policy: str = Field("prefix-aware", description="A profile name or a basic policy (least-in-flight, round-robin).")
+    profiles: dict[str, ProfileSettings] = Field(default_factory=dict, description="Profiles by name.")
+    producer_deadline_ms: float = Field(
+        10.0, gt=0, description="A producer that has not answered after this drops its hint."
+    )
+    hot_spot: HotSpotSettings = Field(default_factory=HotSpotSettings)
+    index: IndexSettings = Field(default_factory=IndexSettings)
+    scrape: ScrapeSettings = Field(default_factory=ScrapeSettings)
+    kv_events: KvEventsSettings = Field(default_factory=KvEventsSettings)
+
+    @model_validator(mode="after")
+    def _known_policy(self) -> RoutingSettings:
+        if self.policy not in BASIC_POLICIES and self.policy not in self.all_profiles():
+            known = ", ".join([*BASIC_POLICIES, *self.all_profiles()])
+            raise ValueError(f"routing.policy: unknown policy {self.policy!r}; known: {known}")
+        return self
+
+    def all_profiles(self) -> dict[str, ProfileSettings]:
+        """Built-in profiles overridden by configured ones."""
+        return {**BUILTIN_PROFILES, **self.profiles}
+
+
+class StateSettings(_Section):
+    """State shared by gateway replicas (routing's prefix index and in-flight counts; admin changes,
+    keys and quotas use the same Redis): this process only (``memory``) or Redis (``redis``)."""
+
+    backend: Literal["memory", "redis"] = Field("memory", description="memory (single replica) or redis.")
+    redis_url: str | None = Field(None, description="redis://host:port/db; required when backend = redis.")
+    key_prefix: str = Field("kvgate:", min_length=1, description="Prefix of every Redis key kvgate writes.")
+    index_ttl_s: float = Field(3600.0, gt=0, description="An endpoint's index key expires after this long unwritten.")
+    in_flight_ttl_s: float = Field(10.0, gt=0, description="A replica's in-flight counts expire after this (crash).")
+    heartbeat_s: float = Field(1.0, gt=0, description="A replica republishes its in-flight counts this often.")
+    deadline_ms: float = Field(
+        25.0, gt=0, description="A Redis call slower than this falls back to the local view (degraded)."
+    )
+    retry_after_s: float = Field(1.0, ge=0, description="After a failure, Redis is skipped for this long.")
+    max_pending_writes: int = Field(10_000, ge=1, description="Queued index writes kept while Redis is slow.")
+
+    @model_validator(mode="after")
+    def _url_for_redis(self) -> StateSettings:
+        if self.backend == "redis" and not self.redis_url:
+            raise ValueError("redis_url: required when backend is 'redis'")
+        if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("redis_url: must start with redis://, rediss:// or unix:// (redis-py's URL schemes)")
+        return self

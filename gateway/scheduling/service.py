@@ -1,0 +1,113 @@
+"""[io] Routing's part of the app: builds the scheduler and its collaborators, runs their loops.
+
+``create_app`` builds one :class:`RoutingRuntime` from the settings: the state store
+(``[state] backend``), the stats board, the closed loop, the prompt hasher and the scheduler for
+``[routing] policy`` (a profile -> :class:`~gateway.scheduling.profile.ProfileScheduler`, a basic
+policy -> :data:`~gateway.scheduling.scheduler.SCHEDULERS`). The lifespan calls :meth:`start`
+(state store background tasks, the metrics scraper loop when a profile is in use) and
+:meth:`stop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry
+
+from gateway.endpoints.model import Endpoint
+from gateway.endpoints.registry import EndpointRegistry
+from gateway.endpoints.allowlist import ConnectGuard
+from gateway.endpoints.scraper import AiohttpFetch, Fetch, MetricsScraper
+from gateway.endpoints.stats import Scrape, StatsBoard
+from gateway.prefix.hashing import PromptHasher
+from gateway.config import BASIC_POLICIES, RoutingSettings, StateSettings
+from gateway.scheduling.feedback import PrefixFeedback
+from gateway.scheduling.metrics import RoutingMetrics
+from gateway.scheduling.profile import ProfileScheduler
+from gateway.scheduling.registry import PluginDeps
+from gateway.scheduling.scheduler import SCHEDULERS, Scheduler
+from gateway.state.base import StateStore
+from gateway.state.memory import MemoryStore
+from gateway.state.redis import RedisStore
+
+
+def build_store(settings: StateSettings, registry: EndpointRegistry, metrics: RoutingMetrics,
+                clock: Callable[[], float]) -> StateStore:
+    """The configured :class:`~gateway.state.base.StateStore`."""
+    if settings.backend == "redis":
+        def local_in_flight() -> dict[str, int]:
+            return {endpoint.spec.name: endpoint.in_flight for endpoint in registry}
+
+        return RedisStore.from_settings(settings, local_in_flight=local_in_flight, metrics=metrics, clock=clock)
+    return MemoryStore()
+
+
+class RoutingRuntime:
+    """Everything endpoint scheduling holds for one app."""
+
+    def __init__(
+        self, routing: RoutingSettings, state: StateSettings, registry: EndpointRegistry, *,
+        metrics_registry: CollectorRegistry, clock: Callable[[], float] = time.perf_counter,
+        rng: random.Random | None = None, fetch: Fetch | None = None, store: StateStore | None = None,
+        guard: ConnectGuard | None = None,
+    ) -> None:
+        self.settings = routing
+        self.metrics = RoutingMetrics(metrics_registry)
+        self.registry = registry
+        self.board = StatsBoard()
+        self.store = store or build_store(state, registry, self.metrics, clock)
+        self.feedback = PrefixFeedback(routing.index, self.store, self.metrics, routing.hot_spot.share_half_life)
+        self.hasher = PromptHasher(routing.index.block_bytes, routing.index.max_blocks)
+        self._clock = clock
+        self._fetch = fetch
+        self._guard = guard  # admin.allowed_networks on the scraper's connections
+        self._owned_fetch: AiohttpFetch | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.scheduler: Scheduler
+        if routing.policy in BASIC_POLICIES:
+            self.scheduler = SCHEDULERS[routing.policy]()
+        else:
+            deps = PluginDeps(self.store, rng or random.Random())
+            self.scheduler = ProfileScheduler(
+                routing.policy, routing.all_profiles()[routing.policy], routing, deps, hasher=self.hasher,
+                board=self.board, feedback=self.feedback, metrics=self.metrics, clock=clock,
+            )
+
+    @property
+    def uses_profile(self) -> bool:
+        return self.settings.policy not in BASIC_POLICIES
+
+    def _on_stats(self, endpoint: Endpoint, scrape: Scrape) -> None:
+        self.feedback.on_stats(endpoint.spec.name, scrape)
+
+    def _on_restart(self, endpoint: Endpoint) -> None:
+        self.feedback.on_restart(endpoint.spec.name)
+
+    def scraper(self, fetch: Fetch) -> MetricsScraper:
+        return MetricsScraper(
+            self.registry, self.board, self.settings.scrape, fetch, self.metrics, clock=self._clock,
+            on_stats=self._on_stats, on_restart=self._on_restart,
+        )
+
+    async def start(self) -> None:
+        await self.store.start()
+        if self.uses_profile and self.settings.scrape.enabled:
+            fetch = self._fetch
+            if fetch is None:
+                fetch = self._owned_fetch = AiohttpFetch(self._guard)
+            self._task = asyncio.create_task(self.scraper(fetch).run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._owned_fetch is not None:
+            await self._owned_fetch.aclose()
+            self._owned_fetch = None
+        await self.store.aclose()

@@ -1,0 +1,94 @@
+"""The scheduling framework's vocabulary: candidates, the per-request context and the plugin seams.
+
+Pipeline of one request (``scheduling/profile.py``): **producers** (async, deadline-bound) fetch
+hints, the scheduler turns each endpoint plus the hints into a :class:`Candidate`, **filters**
+drop candidates, **scorers** give each survivor a score in [0, 1], the weighted sum ranks them
+through one **picker**. Filters, scorers and pickers are pure and synchronous: everything they
+read is on the candidate or the context; none keeps state between calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.endpoints.metrics_parse import EngineStats
+from gateway.endpoints.model import Endpoint
+from gateway.prefix.hashing import PrefixKey
+from gateway.protocol.openai import InferenceRequest
+from gateway.config import HotSpotSettings
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One endpoint as filters and scorers see it.
+
+    Attributes:
+        endpoint: the live endpoint (read only).
+        stats: its latest engine stats, or None when never scraped or stale.
+        in_flight: requests in flight to it from every gateway replica.
+        matched: leading blocks of the prompt its prefix index holds.
+        affinity: it recently served the request's ``prompt_cache_key``/``user``.
+        recent: decayed count of recent assignments by this replica (``bounded-share``).
+        latency: EWMA of its seconds per output token, or None before any observation.
+        prefill: bytes of prompt sent to it by this replica and not prefilled yet
+            (``scheduling/prefill.py``).
+        weight: its configured weight (``spec.weight``, read once per decision).
+    """
+
+    endpoint: Endpoint
+    stats: EngineStats | None = None
+    in_flight: int = 0
+    matched: int = 0
+    affinity: bool = False
+    recent: float = 0.0
+    latency: float | None = None
+    prefill: float = 0.0
+    weight: float = 1.0
+
+    @property
+    def name(self) -> str:
+        return self.endpoint.spec.name
+
+
+@dataclass(slots=True)  # made per request, never changed: not frozen (a frozen __init__ costs ~5x)
+class Context:
+    """What every plugin may read about the request being scheduled."""
+
+    cluster: str
+    request: InferenceRequest
+    key: PrefixKey
+    hot_spot: HotSpotSettings
+
+
+class Filter(Protocol):
+    """Keeps the candidates that may take the request (the framework never lets it empty the set)."""
+
+    def filter(self, ctx: Context, candidates: list[Candidate]) -> list[Candidate]: ...
+
+
+class Scorer(Protocol):
+    """One score in [0, 1] per candidate, in order (1 = best)."""
+
+    def score(self, ctx: Context, candidates: Sequence[Candidate]) -> list[float]: ...
+
+
+class Picker(Protocol):
+    """Ranks candidates (indices into ``candidates``, best first) from their weighted totals."""
+
+    def pick(self, ctx: Context, candidates: Sequence[Candidate], totals: Sequence[float]) -> list[int]: ...
+
+
+PENDING: Any = object()
+"""What a producer's optional ``produce_now`` returns when its hint needs I/O (then ``produce`` runs)."""
+
+
+class DataProducer(Protocol):
+    """Fetches one hint for the request (may do I/O); bounded by the profile's deadline.
+
+    A producer may also define ``produce_now(ctx, endpoints)``: the hint when it is available
+    without I/O, else :data:`PENDING`. The runner tries it first (no task, no timer).
+    """
+
+    async def produce(self, ctx: Context, endpoints: Sequence[Endpoint]) -> Any: ...
