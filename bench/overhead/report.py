@@ -20,6 +20,10 @@ BUDGET_ADDED_P50_C1_MS = 0.3
 BUDGET_ADDED_TTFB_MS = 1.0
 BUDGET_RSS_MB = 250.0
 
+# issue 18: after a refactor, kvgate's CPU per request at c=32 within 5% of the code before it
+BASELINE = "kvgate-base"
+BASELINE_CPU_RATIO = 1.05
+
 
 def _median(values: Iterable[float | None]) -> float | None:
     present = [value for value in values if value is not None]
@@ -124,6 +128,82 @@ def budgets(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     return checks
 
 
+def _ratio(mine: float | None, theirs: float | None) -> float | None:
+    return None if mine is None or not theirs else mine / theirs
+
+
+def _diff(mine: float | None, theirs: float | None) -> float | None:
+    return None if mine is None or theirs is None else mine - theirs
+
+
+def _paired_ratios(mine: Sequence[Mapping[str, Any]], theirs: Sequence[Mapping[str, Any]], phase: str) -> list[float]:
+    """kvgate's CPU us/request over kvgate-base's in the same round, round by round."""
+    by_round = {run["round"]: run for run in theirs}
+    ratios = []
+    for run in mine:
+        base = by_round.get(run["round"], {}).get(phase, {}).get("cpu_us_per_request")
+        ratio = _ratio(run.get(phase, {}).get("cpu_us_per_request"), base)
+        if ratio is not None:
+            ratios.append(ratio)
+    return ratios
+
+
+def compare(record: Mapping[str, Any]) -> dict[str, Any]:
+    """kvgate (this tree) against kvgate-base (``--baseline-tree``) from their summaries.
+
+    Ratios are kvgate / kvgate-base (CPU: > 1 costs more; req/s: > 1 serves more); ``*_diff``
+    are kvgate minus kvgate-base (ms, MB). ``cpu_c32_paired`` is the same-round ratio, median
+    (min-max) over rounds. ``ok``: the c=32 CPU ratio is at most :data:`BASELINE_CPU_RATIO`
+    (None when either side has no figure).
+    """
+    after, before = record["targets"].get("kvgate", {}), record["targets"].get(BASELINE, {})
+    mine, theirs = after.get("summary") or {}, before.get("summary") or {}
+
+    def cpu(summary: Mapping[str, Any], phase: str, key: str = "cpu_us_per_request") -> float | None:
+        return (summary.get(phase, {}).get(key) or {}).get("median")
+
+    out: dict[str, Any] = {
+        f"cpu_c{c}": _ratio(cpu(mine, f"c{c}"), cpu(theirs, f"c{c}")) for c in CONCURRENCIES
+    }
+    out["cpu_c32_paired"] = _spread(_paired_ratios(after.get("rounds", []), before.get("rounds", []), "c32"))
+    out["requests_per_s_c32"] = _ratio(mine.get("c32", {}).get("requests_per_s"), theirs.get("c32", {}).get("requests_per_s"))
+    out["added_p50_c1_diff_ms"] = _diff(mine.get("c1", {}).get("added_p50_ms"), theirs.get("c1", {}).get("added_p50_ms"))
+    out["cpu_stream"] = _ratio(cpu(mine, "stream", "cpu_us_per_stream"), cpu(theirs, "stream", "cpu_us_per_stream"))
+    out["ttfb_p50_diff_ms"] = _diff(mine.get("stream", {}).get("ttfb_p50_ms"), theirs.get("stream", {}).get("ttfb_p50_ms"))
+    out["rss_after_load_diff_mb"] = _diff(mine.get("rss_mb_after_load"), theirs.get("rss_mb_after_load"))
+    out["rss_streams_open_diff_mb"] = _diff(
+        after.get("memory", {}).get("streams", {}).get("rss_open_mb"), before.get("memory", {}).get("streams", {}).get("rss_open_mb")
+    )
+    out["ok"] = None if out["cpu_c32"] is None else out["cpu_c32"] <= BASELINE_CPU_RATIO
+    return out
+
+
+def _signed(value: float | None, digits: int, unit: str) -> str:
+    return "-" if value is None else f"{value:+,.{digits}f} {unit}"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def compare_lines(comparison: Mapping[str, Any]) -> list[str]:
+    """The printed form of :func:`compare`."""
+    paired = comparison.get("cpu_c32_paired") or {}
+    verdict = {True: "PASS", False: "FAIL", None: "n/a"}[comparison.get("ok")]
+    pair = "-" if paired.get("median") is None else f"{paired['median']:.2f} ({paired['min']:.2f}-{paired['max']:.2f})"
+    get = comparison.get
+    cpu = (
+        f"  {verdict} CPU us/req at c=32, kvgate / kvgate-base <= {BASELINE_CPU_RATIO:.2f}: {_x(get('cpu_c32'))}"
+        f" (same-round ratio {pair}); c=1 {_x(get('cpu_c1'))}, c=128 {_x(get('cpu_c128'))}, per stream {_x(get('cpu_stream'))}"
+    )
+    rest = (
+        f"  req/s c=32 x{_x(get('requests_per_s_c32'))}; +p50 c=1 {_signed(get('added_p50_c1_diff_ms'), 3, 'ms')};"
+        f" TTFB p50 {_signed(get('ttfb_p50_diff_ms'), 3, 'ms')}; RSS after load {_signed(get('rss_after_load_diff_mb'), 1, 'MB')};"
+        f" RSS streams open {_signed(get('rss_streams_open_diff_mb'), 1, 'MB')}  (kvgate minus kvgate-base)"
+    )
+    return [f"kvgate vs kvgate-base: CPU/req {_x(get('cpu_c32'))}", cpu, rest]
+
+
 # ---- text -------------------------------------------------------------------------------------
 
 
@@ -220,6 +300,10 @@ def tables(record: Mapping[str, Any]) -> str:
                 f"{_f(pr.get('rss_end_mb'), 0, 7)}{_f(pr.get('rss_peak_mb'), 0, 7)}{_f(pr.get('growth_second_half_mb'), 1, 11)}"
                 + (f"  ({memory['error']})" if memory.get("error") else "")
             )
+    if record.get("baseline"):
+        base = meta.get("baseline_tree") or "?"
+        lines += ["", f"kvgate ({meta.get('kvgate_commit') or '?'}) against kvgate-base ({base} at {meta.get('baseline_commit') or '?'})"]
+        lines += compare_lines(record["baseline"])
     if record.get("budgets"):
         lines += ["", "kvgate against issue 7's budgets"]
         for check in record["budgets"]:

@@ -1,7 +1,7 @@
 """The overhead benchmark's driver: one command, every target, one table and one JSON record.
 
     .venv/bin/python -m bench.overhead [--quick] [--targets direct,kvgate,litellm,...] [--rounds 3]
-        [--seconds 5] [--requests 200] [--kvgate-workers N] [--json PATH] [--profile]
+        [--seconds 5] [--requests 200] [--kvgate-workers N] [--baseline-tree PATH] [--json PATH] [--profile]
 
 1. Installs missing peers (cached under ``${KVGATE_HOME:-~/.cache/kvgate}/peers``), starts the
    fake upstream on the load cores, then every target on the gateway cores; a target that cannot
@@ -13,6 +13,10 @@
 3. Memory (``--memory-targets``): ``--streams`` slow streams open at once (RSS while open), then
    distinct long prompts at concurrency 32 for ``--prompts-seconds`` (RSS curve).
 4. Prints the tables (see docs/overhead.md) and writes the JSON record.
+
+``--baseline-tree PATH`` (a checkout of kvgate, e.g. the commit before a refactor) adds the target
+``kvgate-base`` right after ``kvgate``: the same launch and config file with PATH's ``gateway``
+package, in every table, and a line "kvgate vs kvgate-base: CPU/req x.xx".
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import os
 import platform
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -66,6 +71,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--kvgate-loop", choices=("serve", "asyncio", "uvloop"), default="serve",
         help="serve: `kvgate serve` (uvloop); asyncio|uvloop: bench.overhead.kvgate_worker with that loop",
     )
+    parser.add_argument(
+        "--baseline-tree", type=Path, metavar="PATH",
+        help="a kvgate checkout (e.g. before a change): adds target kvgate-base, kvgate with that tree's code",
+    )
     parser.add_argument("--redis-url", help="kvgate's state store with --kvgate-workers > 1 (default: local Redis db 15 if up)")
     parser.add_argument("--memory-targets", help="targets of the memory checks (default: every gateway; 'none' skips)")
     parser.add_argument("--streams", type=int, help="slow streams open at once (default 1000; --quick 300)")
@@ -90,10 +99,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    args.target_list = [name.strip() for name in args.targets.split(",") if name.strip()]
-    unknown = [name for name in args.target_list if name not in targets.ALL_TARGETS]
+    args.target_list = with_baseline([name.strip() for name in args.targets.split(",") if name.strip()], args.baseline_tree)
+    known = (*targets.ALL_TARGETS, targets.BASELINE) if args.baseline_tree else targets.ALL_TARGETS
+    unknown = [name for name in args.target_list if name not in known]
     if unknown:
-        parser.error(f"unknown targets {unknown}; known: {', '.join(targets.ALL_TARGETS)}")
+        parser.error(f"unknown targets {unknown}; known: {', '.join(known)}")
+    if args.baseline_tree and not (args.baseline_tree / "gateway" / "__init__.py").is_file():
+        parser.error(f"--baseline-tree {args.baseline_tree}: no gateway/__init__.py there")
     args.concurrencies = [int(c) for c in args.concurrency.split(",") if c]
     args.gateway = parse_cores(args.gateway_cores)
     all_cores = sorted(os.sched_getaffinity(0))
@@ -105,6 +117,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     else:
         args.memory_list = [n for n in args.memory_targets.split(",") if n and n != "none"]
     return args
+
+
+def with_baseline(names: list[str], baseline_tree: Path | None) -> list[str]:
+    """``names`` with ``kvgate-base`` right after ``kvgate`` (or last) when a baseline tree is given."""
+    if baseline_tree is None or targets.BASELINE in names:
+        return names
+    at = names.index("kvgate") + 1 if "kvgate" in names else len(names)
+    return [*names[:at], targets.BASELINE, *names[at:]]
+
+
+def git_commit(tree: Path) -> str | None:
+    """The commit checked out at ``tree`` (with ``+dirty`` when tracked files changed), or None."""
+
+    def git(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(tree), *argv], capture_output=True, text=True, timeout=10, check=False)
+
+    try:
+        head, dirty = git("rev-parse", "--short", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def redis_url_for(args: argparse.Namespace) -> str | None:
@@ -281,6 +316,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "load_cores": ",".join(map(str, args.load)), "loadgen": args.loadgen,
             "kvgate_workers": args.kvgate_workers, "kvgate_loop": args.kvgate_loop,
             "loadavg_start": os.getloadavg(),
+            "kvgate_tree": str(REPO), "kvgate_commit": git_commit(REPO),
+            "baseline_tree": str(args.baseline_tree.resolve()) if args.baseline_tree else None,
+            "baseline_commit": git_commit(args.baseline_tree) if args.baseline_tree else None,
         },
         "targets": {name: {"available": False, "reason": "not started"} for name in args.target_list},
     }
@@ -290,6 +328,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ctx = targets.Context(
             upstream=origin, upstream_pid=upstream.pid, work=work, logs=logs, cores=args.gateway,
             kvgate_workers=args.kvgate_workers, kvgate_loop=args.kvgate_loop, redis_url=redis_url_for(args), log=log,
+            baseline_tree=args.baseline_tree,
         )
         record["meta"]["kvgate_state"] = "redis" if ctx.redis_url else "memory"
         for name in args.target_list:
@@ -342,6 +381,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         record["targets"][name]["summary"] = summary
     if "kvgate" in record["targets"]:
         record["budgets"] = report.budgets(record)
+    if targets.BASELINE in record["targets"]:
+        record["baseline"] = report.compare(record)
     return record
 
 

@@ -10,6 +10,9 @@ figure subtracts.
                     prefix hashing, scheduling, the /metrics scraper), client auth with one key,
                     Prometheus metrics on; N > 1 workers: ``kvgate serve --processes N``
                     on one SO_REUSEPORT port with a Redis state store
+    kvgate-base     (``--baseline-tree PATH`` only) the same, started the same way with the same
+                    config file, but importing the ``gateway`` package of PATH: "before" beside
+                    "after" in one run
     floor           kvgate's HTTP stack with no gateway logic (``bench/overhead/floor_proxy.py``):
                     what kvgate costs above it is its own Python logic
     litellm         LiteLLM proxy, one worker, master key, local cost map (offline)
@@ -32,8 +35,10 @@ from bench.overhead.proctree import Proc, free_port, spawn, stop
 from bench.overhead.upstream import MODEL
 
 ALL_TARGETS = ("direct", "kvgate", "floor", "litellm", "vllm-router", "sglang-router", "portkey")
+BASELINE = "kvgate-base"  # a target only with --baseline-tree PATH, placed right after kvgate
 CLIENT_KEY = "sk-bench-overhead-0123456789"
 READY_TIMEOUT_S = {"litellm": 240.0, "portkey": 90.0}
+REPO = Path(__file__).resolve().parents[2]
 
 # Node.js binds every interface by default: force loopback before Portkey's code runs.
 _NODE_LOOPBACK = """\
@@ -67,6 +72,7 @@ class Context:
     kvgate_loop: str = "serve"  # serve: `kvgate serve`; asyncio | uvloop: the worker launcher with that loop
     redis_url: str | None = None
     log: Callable[[str], None] = print
+    baseline_tree: Path | None = None  # the tree kvgate-base imports ``gateway`` from
 
 
 @dataclass
@@ -116,15 +122,17 @@ def start_direct(ctx: Context) -> Target:
     return Target("direct", f"{ctx.upstream}/v1/chat/completions", {}, [ctx.upstream_pid], version="bench.overhead.upstream")
 
 
-def kvgate_config(ctx: Context, port: int) -> str:
+def kvgate_config(ctx: Context) -> str:
+    """The one config file of ``kvgate`` and ``kvgate-base``; each gets its port (and, with Redis,
+    its own state key prefix) from ``KVGATE__`` variables (:func:`_kvgate_env`)."""
     state = ""
     if ctx.redis_url:
-        state = f'\n[state]\nbackend = "redis"\nredis_url = "{ctx.redis_url}"\nkey_prefix = "kvgate-bench-{port}:"\n'
+        state = f'\n[state]\nbackend = "redis"\nredis_url = "{ctx.redis_url}"\n'
     return f"""\
 # written by bench/overhead: kvgate's defaults plus one key, one cluster, one model
+# (server.port and state.key_prefix come from KVGATE__SERVER__PORT / KVGATE__STATE__KEY_PREFIX)
 [server]
 host = "127.0.0.1"
-port = {port}
 log_level = "warning"
 
 [auth]
@@ -145,43 +153,108 @@ cluster = "bench"
 {state}"""
 
 
-def start_kvgate(ctx: Context) -> Target:
-    port = free_port()
+# Runs in the target's interpreter: says which ``gateway`` it imported, then is ``kvgate`` (the
+# console script's two lines) or ``python -m MODULE`` (the --kvgate-loop worker).
+_LAUNCHER = """\
+import sys, gateway
+print(f"{MARK} {gateway.__file__} {getattr(gateway, '__version__', '?')}", file=sys.stderr, flush=True)
+module = sys.argv.pop(1)
+if module == "gateway.cli":
+    from gateway.cli import main
+    sys.argv[0] = "kvgate"
+    sys.exit(main())
+import runpy
+sys.argv[0] = module
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+_MARK = "[bench.overhead] gateway imported from"
+
+
+def _kvgate_config_file(ctx: Context) -> Path:
     config = ctx.work / "kvgate.toml"
-    config.write_text(kvgate_config(ctx, port))
-    env = _clean_env()
+    if not config.exists():
+        config.write_text(kvgate_config(ctx))
+    return config
+
+
+def _kvgate_env(ctx: Context, code: Path, port: int) -> dict[str, str]:
+    env = _clean_env(KVGATE__SERVER__PORT=str(port))
+    if ctx.redis_url:
+        env["KVGATE__STATE__KEY_PREFIX"] = f"kvgate-bench-{port}:"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH", "")]))
+    if code != REPO:  # keep the baseline tree as it is: its bytecode goes to this run's work folder
+        env["PYTHONPYCACHEPREFIX"] = str(ctx.work / "pycache-base")
+    return env
+
+
+def _imported_gateway(procs: list[Proc], code: Path) -> tuple[str, str]:
+    """(``gateway.__file__``, version) as the first process logged them; raises
+    :class:`Unavailable` when that package is not ``code``'s."""
+    lines = [line for line in procs[0].log.read_text(errors="replace").splitlines() if line.startswith(_MARK)]
+    if not lines:
+        raise Unavailable(f"{procs[0].name} did not say which gateway package it imported")
+    path, _, version = lines[-1].removeprefix(_MARK).strip().rpartition(" ")
+    if not Path(path).resolve().is_relative_to((code / "gateway").resolve()):
+        raise Unavailable(f"{procs[0].name} imported gateway from {path}, not from {code}")
+    return path, version
+
+
+def _start_kvgate_tree(ctx: Context, name: str, code: Path) -> Target:
+    """kvgate (``name``) running the code of the tree ``code``: PYTHONPATH and cwd are ``code``."""
+    port = free_port()
+    config = _kvgate_config_file(ctx)
+    env = _kvgate_env(ctx, code, port)
+    launch = [sys.executable, "-c", _LAUNCHER.replace("{MARK}", _MARK)]
     procs: list[Proc] = []
     if ctx.kvgate_loop == "serve":
-        kvgate = Path(sys.executable).with_name("kvgate")
-        argv = [str(kvgate), "serve", "--config", str(config)]
+        argv = [*launch, "gateway.cli", "serve", "--config", str(config)]
         notes = "kvgate serve"
         if ctx.kvgate_workers > 1:
             if not ctx.redis_url:
                 raise Unavailable("kvgate serve --processes N > 1 needs Redis for its shared state (--redis-url)")
             argv += ["--processes", str(ctx.kvgate_workers)]
             notes = f"kvgate serve --processes {ctx.kvgate_workers} (SO_REUSEPORT, state redis)"
-        procs.append(spawn("kvgate", argv, cores=ctx.cores, log_dir=ctx.logs, env=env))
+        procs.append(spawn(name, argv, cores=ctx.cores, log_dir=ctx.logs, env=env, cwd=code))
     else:
-        loop = "asyncio" if ctx.kvgate_loop == "serve" else ctx.kvgate_loop
-        argv = [sys.executable, "-m", "bench.overhead.kvgate_worker", "--config", str(config), "--loop", loop]
-        repo = Path(__file__).resolve().parents[2]
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH", "")]))
+        loop = ctx.kvgate_loop
+        argv = [*launch, "bench.overhead.kvgate_worker", "--config", str(config), "--loop", loop]
         for index in range(ctx.kvgate_workers):
-            procs.append(spawn(f"kvgate-{index}", argv, cores=ctx.cores, log_dir=ctx.logs, env=env, cwd=repo))
+            procs.append(spawn(f"{name}-{index}", argv, cores=ctx.cores, log_dir=ctx.logs, env=env, cwd=code))
         notes = f"{ctx.kvgate_workers} x kvgate_worker (SO_REUSEPORT, {loop} loop, state {'redis' if ctx.redis_url else 'memory'})"
-    from gateway import __version__
-
     target = Target(
-        "kvgate", f"http://127.0.0.1:{port}/v1/chat/completions", {"Authorization": f"Bearer {CLIENT_KEY}"},
-        [proc.pid for proc in procs], procs, version=__version__, notes=notes,
+        name, f"http://127.0.0.1:{port}/v1/chat/completions", {"Authorization": f"Bearer {CLIENT_KEY}"},
+        [proc.pid for proc in procs], procs, notes=notes,
     )
-    return _ready(target, 60.0)
+    _ready(target, 60.0)
+    try:
+        path, target.version = _imported_gateway(procs, code)
+    except Unavailable:
+        target.stop()
+        raise
+    target.notes = f"{notes}; gateway from {path}"
+    ctx.log(f"{name}: gateway imported from {path} (version {target.version})")
+    return target
+
+
+def start_kvgate(ctx: Context) -> Target:
+    """kvgate with the code of this repository (the tree ``bench/overhead`` is in)."""
+    return _start_kvgate_tree(ctx, "kvgate", REPO)
+
+
+def start_kvgate_base(ctx: Context) -> Target:
+    """kvgate with the code of ``--baseline-tree PATH``, otherwise exactly as :func:`start_kvgate`."""
+    if ctx.baseline_tree is None:
+        raise Unavailable("kvgate-base needs --baseline-tree PATH")
+    tree = ctx.baseline_tree.resolve()
+    if not (tree / "gateway" / "__init__.py").is_file():
+        raise Unavailable(f"--baseline-tree {tree}: no gateway/__init__.py there")
+    return _start_kvgate_tree(ctx, BASELINE, tree)
 
 
 def start_floor(ctx: Context) -> Target:
     """kvgate's HTTP stack with no gateway logic (``bench/overhead/floor_proxy.py``)."""
     port = free_port()
-    repo = Path(__file__).resolve().parents[2]
+    repo = REPO
     env = _clean_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH", "")]))
     argv = [sys.executable, "-m", "bench.overhead.floor_proxy", "--port", str(port), "--upstream", f"{ctx.upstream}/v1/chat/completions"]
@@ -268,6 +341,7 @@ def start_portkey(ctx: Context) -> Target:
 STARTERS: dict[str, Callable[[Context], Target]] = {
     "direct": start_direct,
     "kvgate": start_kvgate,
+    BASELINE: start_kvgate_base,
     "floor": start_floor,
     "litellm": start_litellm,
     "vllm-router": start_vllm_router,
