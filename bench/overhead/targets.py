@@ -153,9 +153,11 @@ cluster = "bench"
 {state}"""
 
 
-# Runs in the target's interpreter: says which ``gateway`` it imported, then is ``kvgate`` (the
-# console script's two lines) or ``python -m MODULE`` (the --kvgate-loop worker).
+# Written to the run's work folder and run by the target's interpreter: says which ``gateway`` it
+# imported, then is ``kvgate`` (what the console script does) or ``python -m MODULE`` (the
+# --kvgate-loop worker). A file outside both trees, so sys.path[0] holds no code of either.
 _LAUNCHER = """\
+\"\"\"bench.overhead: kvgate's launcher; argv: MODULE ARGS... (gateway.cli: `kvgate ARGS...`).\"\"\"
 import sys, gateway
 print(f"{MARK} {gateway.__file__} {getattr(gateway, '__version__', '?')}", file=sys.stderr, flush=True)
 module = sys.argv.pop(1)
@@ -170,11 +172,13 @@ runpy.run_module(module, run_name="__main__", alter_sys=True)
 _MARK = "[bench.overhead] gateway imported from"
 
 
-def _kvgate_config_file(ctx: Context) -> Path:
-    config = ctx.work / "kvgate.toml"
+def _kvgate_files(ctx: Context) -> tuple[Path, Path]:
+    """(the config file, the launcher), written once per run into its work folder."""
+    config, launcher = ctx.work / "kvgate.toml", ctx.work / "kvgate_launch.py"
     if not config.exists():
         config.write_text(kvgate_config(ctx))
-    return config
+        launcher.write_text(_LAUNCHER.replace("{MARK}", _MARK))
+    return config, launcher
 
 
 def _kvgate_env(ctx: Context, code: Path, port: int) -> dict[str, str]:
@@ -202,9 +206,9 @@ def _imported_gateway(procs: list[Proc], code: Path) -> tuple[str, str]:
 def _start_kvgate_tree(ctx: Context, name: str, code: Path) -> Target:
     """kvgate (``name``) running the code of the tree ``code``: PYTHONPATH and cwd are ``code``."""
     port = free_port()
-    config = _kvgate_config_file(ctx)
+    config, launcher = _kvgate_files(ctx)
     env = _kvgate_env(ctx, code, port)
-    launch = [sys.executable, "-c", _LAUNCHER.replace("{MARK}", _MARK)]
+    launch = [sys.executable, str(launcher)]
     procs: list[Proc] = []
     if ctx.kvgate_loop == "serve":
         argv = [*launch, "gateway.cli", "serve", "--config", str(config)]
