@@ -37,7 +37,7 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.operations import Operations
 from gateway.proxy import Proxy
 from gateway.selection.catalog import ModelCatalog
-from gateway.selection.metrics import RouteMetrics
+from gateway.observability.metrics import RouteMetrics
 from gateway.selection.selector import RouteSelector, spent_from
 from gateway.scheduling.service import RoutingRuntime
 from gateway.config import Settings

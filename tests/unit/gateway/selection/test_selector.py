@@ -16,7 +16,7 @@ from gateway.keys.pricing import Pricing, TokenUsage
 from gateway.protocol.openai import Operation, parse_request
 from gateway.selection.catalog import ModelCatalog
 from gateway.selection.classifier import ClassifierModel
-from gateway.selection.metrics import RouteMetrics
+from gateway.observability.metrics import RouteMetrics
 from gateway.selection.selector import RouteSelector, spent_from
 from gateway.config import ConfigError, Settings, build_settings
 
