@@ -147,7 +147,7 @@ def create_app(
         settings=settings,
         clock=clock,
         metrics=GatewayMetrics(),
-        registry=EndpointRegistry.from_settings(settings, clock=clock),
+        registry=EndpointRegistry.from_settings(settings.clusters, settings.health, settings.circuit, clock=clock),
         catalog=ModelCatalog.from_settings(settings),
     )
     container.ops = Operations(

@@ -299,7 +299,7 @@ async def _up_async(args: argparse.Namespace) -> int:
             log=_progress)
     except ValueError as error:  # an explicit dtype the model cannot use here (e.g. head size)
         raise ConfigError(str(error)) from None
-    await supervisor.subscribe(ManagedEndpoints.for_settings(app.state.container.registry, settings, "fast"))
+    await supervisor.subscribe(ManagedEndpoints.for_settings(app.state.container.registry, settings.health, settings.circuit, "fast"))
     app.state.container.supervisor = supervisor  # /admin/workers
     async with supervisor:  # ready workers join the "fast" cluster; crashed ones are restarted
         server = _new_server(_uvicorn_config(app, settings))

@@ -52,7 +52,7 @@ def make(settings: Settings, spent: Any = None, clock: Clock | None = None) -> t
     registry = CollectorRegistry()
     selector = RouteSelector(
         settings=lambda: settings, catalog=ModelCatalog.from_settings(settings),
-        registry=EndpointRegistry.from_settings(settings), pricing=Pricing.from_settings(settings),
+        registry=EndpointRegistry.from_settings(settings.clusters, settings.health, settings.circuit), pricing=Pricing.from_settings(settings.clusters),
         metrics=RouteMetrics(registry), spent=spent, clock=clock or Clock(),
         model=ClassifierModel(bias=-2.0, weights={"cue:proof": 5.0}, threshold=0.5),
     )
