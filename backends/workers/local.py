@@ -129,7 +129,8 @@ class ProgressLog:
         """Nothing routes through a log."""
 
 
-def local_supervisor(runtime: Runtime, count: int = 1, first_port: int | None = None, *,
+# Keyword-only worker spec options (as `kvgate up`'s flags), then the supervisor's own.
+def local_supervisor(runtime: Runtime, count: int = 1, first_port: int | None = None, *,  # noqa: PLR0913
                      kv_cache_dtype: str | None = None, enforce_eager: bool = True, max_model_len: int | None = 2048,
                      cpu_kvcache_space_gib: int = 1, overrides: Mapping[str, Any] | None = None,
                      log_dir: Path | None = None,

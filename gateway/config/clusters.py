@@ -95,17 +95,24 @@ def check_references(
     Raises:
         ValueError: naming the bad key by its dotted path (``routes.main.clusters: unknown cluster 'x'``).
     """
-    names: dict[str, str] = {}
+    names: set[str] = set()
     for cluster_name, cluster in clusters.items():
         for index, endpoint in enumerate(cluster.endpoints):
             name = endpoint.name or f"{cluster_name}-{index}"
             if name in names:
                 raise ValueError(f"clusters.{cluster_name}.endpoints.{index}.name: duplicate endpoint name {name!r}")
-            names[name] = cluster_name
+            names.add(name)
     for route_name, route in routes.items():
         for cluster in route.clusters:
             if cluster not in clusters:
                 raise ValueError(f"routes.{route_name}.clusters: unknown cluster {cluster!r}")
+    _check_models(clusters, routes, models)
+
+
+def _check_models(
+    clusters: dict[str, ClusterSettings], routes: dict[str, RouteSettings], models: dict[str, ModelSettings]
+) -> None:
+    """Each model names a known route or known clusters; no public name (model, alias, cluster) twice."""
     public: set[str] = set(clusters)
     for model_name, model in models.items():
         if model.route is not None and model.route not in routes:
