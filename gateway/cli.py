@@ -8,7 +8,7 @@
                                    dtype (one line says which and why, before the launch)
     kvgate prepare                 install the worker venv and prepare the model, then exit
     kvgate sim --port PORT         a simulated vLLM worker (backends/sim)
-    kvgate workers up|down|status|logs   supervised vLLM workers (backends/cli.py)
+    kvgate workers up|down|status|logs   supervised vLLM workers (backends/workers/cli.py)
     kvgate plan MODEL | --host     KV-cache capacity planner; what this host can run
     kvgate kv-check                FP8 vs auto KV-cache regression check on two workers
 

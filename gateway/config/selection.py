@@ -1,6 +1,7 @@
 """Typed configuration of route selection: ``[route_selection]`` and each cluster's tier fields.
 
-Imported by ``gateway/config/clusters.py`` and ``gateway/config/settings.py``; every key is documented in ``config.example.toml``.
+Imported by ``gateway/config/clusters.py`` and ``gateway/config/settings.py``; every key is documented in
+``config.example.toml``.
 
 Per cluster (``[clusters.NAME]``): ``tier`` (``reasoning`` or ``fast``; clusters with a tier
 answer the model aliases ``auto``, ``reasoning`` and ``fast``), ``max_context_tokens``,
