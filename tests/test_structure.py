@@ -26,7 +26,8 @@ counts: at module level, inside functions (lazy imports) and under ``if TYPE_CHE
 type-only import upward is still a dependency on a concept above). ``backends/`` is below the
 gateway: it never imports ``gateway``.
 
-Also checked: every module of ``gateway/`` is covered by the table; no module of ``gateway/``
+Also checked: every module of ``gateway/`` is covered by the table; every Prometheus instrument
+is defined in ``gateway.observability.metrics`` (no other module imports one); no module of ``gateway/``
 or ``backends/`` is over :data:`MAX_LINES` lines; every non-empty module starts with a
 docstring saying what it owns.
 """
@@ -71,6 +72,13 @@ LAYERS: dict[str, int] = {
     "gateway.app": 6,
     "gateway.cli": 6,
 }
+
+# Every instrument is defined once, in this module (names and labels are checked by tests and dashboards).
+INSTRUMENTS_MODULE = "gateway.observability.metrics"
+INSTRUMENT_TYPES = frozenset({
+    "Counter", "Gauge", "Histogram", "Summary", "Info", "Enum",
+    "CounterMetricFamily", "GaugeMetricFamily", "HistogramMetricFamily", "SummaryMetricFamily",
+})
 
 # gateway.config is the bottom of the house: of kvgate it may import only these.
 CONFIG_MAY_IMPORT = ("gateway.config", "gateway.errors")
@@ -165,6 +173,17 @@ def test_backends_never_import_the_gateway() -> None:
         if target == "gateway" or target.startswith("gateway.")
     ]
     assert found == [], "backends/ imports the gateway:\n  " + "\n  ".join(found)
+
+
+def test_every_instrument_is_defined_in_observability_metrics() -> None:
+    found = [
+        f"{module_name(path)} line {line} -> {target}"
+        for path in sources("gateway")
+        if module_name(path) != INSTRUMENTS_MODULE
+        for line, target in imports_of(path)
+        if target.startswith("prometheus_client") and target.rpartition(".")[2] in INSTRUMENT_TYPES
+    ]
+    assert found == [], f"Prometheus instruments outside {INSTRUMENTS_MODULE}:\n  " + "\n  ".join(found)
 
 
 def test_no_module_is_over_the_size_limit() -> None:
