@@ -7,7 +7,7 @@ import ipaddress
 
 from pydantic import Field, SecretStr, field_validator
 
-from gateway.config.base import Section
+from gateway.config.section import Section
 
 
 class AdminSettings(Section):

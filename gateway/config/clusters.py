@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from gateway.config.base import Section, endpoint_url_problem, redact_url
+from gateway.config.section import Section, endpoint_url_problem, redact_url
 from gateway.config.selection import ClusterSelectionSettings, ThinkingSwitch, Tier
 from gateway.config.upstream import TimeoutSettings
 

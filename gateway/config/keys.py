@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr
 
-from gateway.config.base import Section
+from gateway.config.section import Section
 
 
 class ClientKeySettings(Section):

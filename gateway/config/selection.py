@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from gateway.config.base import Section
+from gateway.config.section import Section
 
 TIERS = ("reasoning", "fast")
 ALIASES = ("auto", *TIERS)

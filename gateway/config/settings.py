@@ -27,7 +27,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from gateway.config.admin import AdminSettings
 from gateway.config.aliases import DEPRECATED_KEYS, apply_deprecated_keys, drop_deprecated_keys
-from gateway.config.base import ConfigError
+from gateway.config.section import ConfigError
 from gateway.config.clusters import ClusterSettings, ModelSettings, RouteSettings, check_references
 from gateway.config.health import HealthSettings
 from gateway.config.keys import AuthSettings, QuotaSettings, check_named_keys

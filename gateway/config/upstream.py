@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from gateway.config.base import Section
+from gateway.config.section import Section
 
 
 class TimeoutSettings(Section):
