@@ -1,6 +1,6 @@
 """Calibration: fit the ``vllm-cpu`` latency model to the real vLLM-CPU worker, then check it.
 
-Two phases, each against **one** real worker (``backends.workers.local.LocalWorkerPool``, stopped at the
+Two phases, each against **one** real worker (``tests.support.local_workers.LocalWorkerPool``, stopped at the
 end) and then against one simulated worker serving the same model name:
 
 1. ``--fit`` (real worker only): probes with streaming requests, one at a time unless stated:
@@ -182,7 +182,7 @@ def summarise(result: ReplayResult) -> Side:
 
 async def _real(requests: Sequence[TraceRequest], do_fit: bool,
                 passes: int) -> tuple[ReplayResult, LatencyModel | None, dict]:
-    from backends.workers.local import LocalWorkerPool
+    from tests.support.local_workers import LocalWorkerPool
     from backends.workers.prepared import prepare_runtime
 
     runtime = prepare_runtime()

@@ -44,7 +44,7 @@ from gateway.prefix.hashing import PromptHasher, canonical_prompt
 from gateway.protocol.openai import Operation, parse_request
 from gateway.config import RoutingSettings
 from gateway.scheduling.feedback import PrefixFeedback
-from gateway.scheduling.metrics import RoutingMetrics
+from gateway.observability.metrics import RoutingMetrics
 from gateway.scheduling.profile import ProfileScheduler
 from gateway.scheduling.registry import PluginDeps
 from gateway.state.memory import MemoryStore

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import openai  # noqa: E402
 
-from backends.workers.local import LocalWorkerPool  # noqa: E402
+from tests.support.local_workers import LocalWorkerPool  # noqa: E402
 from backends.workers.prepared import prepare_runtime  # noqa: E402
 from gateway.app import create_app  # noqa: E402
 from gateway.config import build_settings  # noqa: E402

@@ -104,7 +104,7 @@ def prepare(rows: Sequence[dict[str, Any]], model: ClassifierModel, settings: An
 
 
 def idle_views(settings: Any) -> list[ClusterView]:
-    profiles = profiles_of(settings, Pricing.from_settings(settings))
+    profiles = profiles_of(settings, Pricing.from_settings(settings.clusters))
     return [ClusterView(p, base_ttft_s=p.ttft_prior_s, output_tokens=p.expected_output_tokens)
             for p in profiles.values() if p.tier is not None]
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import aiohttp
 
-from backends.workers.local import LocalWorkerPool
+from tests.support.local_workers import LocalWorkerPool
 from backends.workers.prepared import prepare_runtime
 from backends.sim.presets import get_preset
 from bench import procs

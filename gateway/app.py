@@ -37,7 +37,7 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.operations import Operations
 from gateway.proxy import Proxy
 from gateway.selection.catalog import ModelCatalog
-from gateway.selection.metrics import RouteMetrics
+from gateway.observability.metrics import RouteMetrics
 from gateway.selection.selector import RouteSelector, spent_from
 from gateway.scheduling.service import RoutingRuntime
 from gateway.config import Settings
@@ -147,7 +147,7 @@ def create_app(
         settings=settings,
         clock=clock,
         metrics=GatewayMetrics(),
-        registry=EndpointRegistry.from_settings(settings, clock=clock),
+        registry=EndpointRegistry.from_settings(settings.clusters, settings.health, settings.circuit, clock=clock),
         catalog=ModelCatalog.from_settings(settings),
     )
     container.ops = Operations(

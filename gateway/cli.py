@@ -8,7 +8,7 @@
                                    dtype (one line says which and why, before the launch)
     kvgate prepare                 install the worker venv and prepare the model, then exit
     kvgate sim --port PORT         a simulated vLLM worker (backends/sim)
-    kvgate workers up|down|status|logs   supervised vLLM workers (backends/cli.py)
+    kvgate workers up|down|status|logs   supervised vLLM workers (backends/workers/cli.py)
     kvgate plan MODEL | --host     KV-cache capacity planner; what this host can run
     kvgate kv-check                FP8 vs auto KV-cache regression check on two workers
 
@@ -299,7 +299,7 @@ async def _up_async(args: argparse.Namespace) -> int:
             log=_progress)
     except ValueError as error:  # an explicit dtype the model cannot use here (e.g. head size)
         raise ConfigError(str(error)) from None
-    await supervisor.subscribe(ManagedEndpoints.for_settings(app.state.container.registry, settings, "fast"))
+    await supervisor.subscribe(ManagedEndpoints.for_settings(app.state.container.registry, settings.health, settings.circuit, "fast"))
     app.state.container.supervisor = supervisor  # /admin/workers
     async with supervisor:  # ready workers join the "fast" cluster; crashed ones are restarted
         server = _new_server(_uvicorn_config(app, settings))

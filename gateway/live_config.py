@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.endpoints.model import Endpoint, EndpointSpec
-from gateway.endpoints.registry import EndpointRegistry, breaker_policy
+from gateway.endpoints.registry import EndpointRegistry, new_endpoint
 from gateway.keys.model import config_keys, records_from
 from gateway.keys.pricing import Price, Pricing
 from gateway.keys.table import KeyTable
@@ -110,11 +110,11 @@ class Runtime:
         overrides = {
             name: Price(**doc["price"]) for name, doc in snapshot["clusters"].items() if isinstance(doc.get("price"), dict)
         }
-        self.pricing.replace(Pricing.from_settings(settings, overrides))
+        self.pricing.replace(Pricing.from_settings(settings.clusters, overrides))
         self._reconcile(settings, snapshot["endpoints"])
 
     def _admin_endpoint(self, settings: Settings, spec: dict[str, Any]) -> Endpoint:
-        return Endpoint(
+        return new_endpoint(
             EndpointSpec(
                 name=spec["name"],
                 cluster=spec["cluster"],
@@ -123,15 +123,14 @@ class Runtime:
                 health_url=spec.get("health_url"),
                 weight=float(spec.get("weight") or 1.0),
             ),
-            unhealthy_threshold=settings.health.unhealthy_threshold,
-            healthy_threshold=settings.health.healthy_threshold,
-            breaker=breaker_policy(settings),
+            settings.health,
+            settings.circuit,
             clock=self._clock,
             source="admin",
         )
 
     def _desired(self, settings: Settings, overlay: dict[str, dict[str, Any]]) -> dict[str, Endpoint]:
-        desired = {endpoint.name: endpoint for endpoint in EndpointRegistry.from_settings(settings, clock=self._clock)}
+        desired = {endpoint.name: endpoint for endpoint in EndpointRegistry.from_settings(settings.clusters, settings.health, settings.circuit, clock=self._clock)}
         for name, doc in overlay.items():
             spec = doc.get("spec")
             if isinstance(spec, dict) and name not in desired and spec.get("cluster") in settings.clusters:
@@ -191,7 +190,7 @@ class Runtime:
             return ReloadResult(False, ["no config file: the gateway was started without --config"])
         try:
             new = await asyncio.to_thread(load_settings, self.config_path)
-            EndpointRegistry.from_settings(new)  # api_key_env variables must exist
+            EndpointRegistry.from_settings(new.clusters, new.health, new.circuit)  # api_key_env variables must exist
         except ConfigError as error:
             lines = str(error).splitlines()
             return ReloadResult(False, [line.strip() for line in lines[1:]] or lines)

@@ -83,7 +83,7 @@ class Operations:
         prefix = settings.state.key_prefix.rstrip(":") + ":"
         self.metrics = metrics
         self.resolver = resolver
-        self.pricing = Pricing.from_settings(settings)
+        self.pricing = Pricing.from_settings(settings.clusters)
         errors = self._store_error
         if self.redis is not None:
             quota_store: Any = RedisQuotaStore(self.redis, prefix, settings.quotas.usage_retention_days)

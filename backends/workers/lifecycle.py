@@ -200,7 +200,8 @@ def _drain(state: WorkerState, event: Drain, now: float) -> Step:
     return state, ()
 
 
-def step(state: WorkerState, event: Event, now: float, policy: RestartPolicy = RestartPolicy()) -> Step:
+# One `case` per transition of the table in the module docstring: splitting it would hide the table.
+def step(state: WorkerState, event: Event, now: float, policy: RestartPolicy = RestartPolicy()) -> Step:  # noqa: C901
     """The next state and the actions to perform, for ``event`` at time ``now``."""
     generation = getattr(event, "generation", state.generation)
     if generation != state.generation:

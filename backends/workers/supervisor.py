@@ -208,7 +208,8 @@ class WorkerSupervisor:
     call :meth:`start`, :meth:`wait_ready` and :meth:`stop`. Not thread-safe: one event loop.
     """
 
-    def __init__(self, workers: Sequence[tuple[str, WorkerSpec]], runner: ProcessRunner, *,
+    # Keyword-only: five timeouts plus the injected clock, wall clock, sleep, planner and probe (tests).
+    def __init__(self, workers: Sequence[tuple[str, WorkerSpec]], runner: ProcessRunner, *,  # noqa: PLR0913
                  policy: RestartPolicy = RestartPolicy(), listeners: Sequence[WorkerListener] = (),
                  clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, healthy_timeout_s: float = 300.0,

@@ -28,29 +28,19 @@ from gateway.config.selection import (  # noqa: F401
     check_alias_names,
 )
 
-from gateway.config.settings import (  # noqa: F401
-    MiB,
-    ConfigError,
-    endpoint_url_problem,
-    redact_url,
-    ServerSettings,
-    ClientKeySettings,
-    AuthSettings,
-    AdminSettings,
-    TimeoutSettings,
-    CircuitSettings,
-    UpstreamSettings,
-    HealthSettings,
+from gateway.config.section import MiB, ConfigError, Section, endpoint_url_problem, redact_url  # noqa: F401
+from gateway.config.aliases import DEPRECATED_KEYS, DeprecatedConfigKey, apply_deprecated_keys  # noqa: F401
+from gateway.config.server import ServerSettings  # noqa: F401
+from gateway.config.keys import ClientKeySettings, AuthSettings, QuotaSettings  # noqa: F401
+from gateway.config.admin import AdminSettings  # noqa: F401
+from gateway.config.upstream import TimeoutSettings, CircuitSettings, UpstreamSettings  # noqa: F401
+from gateway.config.health import HealthSettings  # noqa: F401
+from gateway.config.clusters import (  # noqa: F401
     EndpointSettings,
     PriceSettings,
     ClusterSettings,
     RouteSettings,
     ModelSettings,
-    MetricsSettings,
-    QuotaSettings,
-    TracingSettings,
-    LoggingSettings,
-    Settings,
-    build_settings,
-    load_settings,
 )
+from gateway.config.observability import MetricsSettings, TracingSettings, LoggingSettings  # noqa: F401
+from gateway.config.settings import Settings, build_settings, load_settings  # noqa: F401

@@ -1,6 +1,7 @@
 """Typed configuration of route selection: ``[route_selection]`` and each cluster's tier fields.
 
-Imported by ``gateway/config/settings.py``; every key is documented in ``config.example.toml``.
+Imported by ``gateway/config/clusters.py`` and ``gateway/config/settings.py``; every key is documented in
+``config.example.toml``.
 
 Per cluster (``[clusters.NAME]``): ``tier`` (``reasoning`` or ``fast``; clusters with a tier
 answer the model aliases ``auto``, ``reasoning`` and ``fast``), ``max_context_tokens``,
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gateway.config.section import Section
 
 TIERS = ("reasoning", "fast")
 ALIASES = ("auto", *TIERS)
@@ -26,11 +29,7 @@ Tier = Literal["reasoning", "fast"]
 ThinkingSwitch = Literal["none", "enable-thinking", "effort-none", "effort-low"]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ClusterSelectionSettings(_Section):
+class ClusterSelectionSettings(Section):
     """A cluster's capacity and the priors of its load model (``selection/load.py``)."""
 
     slots_per_endpoint: int = Field(
@@ -46,14 +45,14 @@ class ClusterSelectionSettings(_Section):
     )
 
 
-class KeyRouteLimits(_Section):
+class KeyRouteLimits(Section):
     """A key's default per-request limits; the request headers override them."""
 
     max_ttft_ms: float | None = Field(None, gt=0, description="Largest predicted TTFT accepted, ms.")
     max_cost_usd: float | None = Field(None, gt=0, description="Largest estimated cost of one request, USD.")
 
 
-class SelectionSettings(_Section):
+class SelectionSettings(Section):
     """The route selection policy (``gateway/selection/policy.py``)."""
 
     classifier_threshold: float | None = Field(

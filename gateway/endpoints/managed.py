@@ -23,8 +23,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from gateway.endpoints.model import Endpoint, EndpointSpec
-from gateway.endpoints.registry import EndpointRegistry, breaker_policy
-from gateway.config import Settings
+from gateway.config import CircuitSettings, HealthSettings
+from gateway.endpoints.registry import EndpointRegistry, new_endpoint
 
 if TYPE_CHECKING:
     from backends.workers.status import WorkerStatus
@@ -49,12 +49,13 @@ class ManagedEndpoints:
         self._names: set[str] = set()
 
     @classmethod
-    def for_settings(cls, registry: EndpointRegistry, settings: Settings, cluster: str, **kwargs: Any) -> ManagedEndpoints:
-        """An adapter whose endpoints use the configured health thresholds and circuit breaker."""
+    def for_settings(
+        cls, registry: EndpointRegistry, health: HealthSettings, circuit: CircuitSettings, cluster: str, **kwargs: Any
+    ) -> ManagedEndpoints:
+        """An adapter whose endpoints use the configured health thresholds (``[health]``) and
+        circuit breaker (``[circuit]``)."""
         def make(spec: EndpointSpec) -> Endpoint:
-            return Endpoint(spec, unhealthy_threshold=settings.health.unhealthy_threshold,
-                            healthy_threshold=settings.health.healthy_threshold,
-                            breaker=breaker_policy(settings), source="managed")
+            return new_endpoint(spec, health, circuit, source="managed")
 
         return cls(registry, cluster, make_endpoint=make, **kwargs)
 

@@ -1,4 +1,4 @@
-"""The registry of endpoints by cluster, built from settings.
+"""The registry of endpoints by cluster, built from ``[clusters.*]``, ``[health]`` and ``[circuit]``.
 
 Clusters map to an immutable tuple of :class:`Endpoint` objects; a later change (admin API,
 managed workers) swaps a whole tuple (copy-on-write), so a request that took a snapshot keeps a
@@ -13,19 +13,37 @@ from collections.abc import Callable, Iterator, Mapping
 
 from gateway.endpoints.circuit import BreakerPolicy
 from gateway.endpoints.model import Endpoint, EndpointSpec, Health
-from gateway.config import ConfigError, Settings
+from gateway.config import CircuitSettings, ClusterSettings, ConfigError, HealthSettings
 
 
-def breaker_policy(settings: Settings) -> BreakerPolicy:
+def breaker_policy(circuit: CircuitSettings) -> BreakerPolicy:
     """The circuit-breaker thresholds of ``[circuit]``."""
-    c = settings.circuit
     return BreakerPolicy(
-        consecutive_failures=c.consecutive_failures,
-        failure_ratio=c.failure_ratio,
-        min_requests=c.min_requests,
-        window_s=c.window_s,
-        cooldown_s=c.cooldown_s,
-        max_cooldown_s=c.max_cooldown_s,
+        consecutive_failures=circuit.consecutive_failures,
+        failure_ratio=circuit.failure_ratio,
+        min_requests=circuit.min_requests,
+        window_s=circuit.window_s,
+        cooldown_s=circuit.cooldown_s,
+        max_cooldown_s=circuit.max_cooldown_s,
+    )
+
+
+def new_endpoint(
+    spec: EndpointSpec,
+    health: HealthSettings,
+    circuit: CircuitSettings,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    source: str = "config",
+) -> Endpoint:
+    """A fresh :class:`Endpoint` with the configured health thresholds and circuit breaker."""
+    return Endpoint(
+        spec,
+        unhealthy_threshold=health.unhealthy_threshold,
+        healthy_threshold=health.healthy_threshold,
+        breaker=breaker_policy(circuit),
+        clock=clock,
+        source=source,
     )
 
 
@@ -37,15 +55,20 @@ class EndpointRegistry:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, environ: Mapping[str, str] = os.environ, clock: Callable[[], float] = time.monotonic
+        cls,
+        clusters: Mapping[str, ClusterSettings],
+        health: HealthSettings,
+        circuit: CircuitSettings,
+        environ: Mapping[str, str] = os.environ,
+        clock: Callable[[], float] = time.monotonic,
     ) -> EndpointRegistry:
-        """Build every configured endpoint.
+        """Build every endpoint of ``[clusters.*]`` (named ``<cluster>-<index>`` unless named).
 
         Raises:
             ConfigError: an endpoint's ``api_key_env`` names an unset environment variable.
         """
-        clusters: dict[str, tuple[Endpoint, ...]] = {}
-        for cluster_name, cluster in settings.clusters.items():
+        built: dict[str, tuple[Endpoint, ...]] = {}
+        for cluster_name, cluster in clusters.items():
             endpoints = []
             for index, config in enumerate(cluster.endpoints):
                 api_key = None
@@ -57,7 +80,7 @@ class EndpointRegistry:
                             f"environment variable {config.api_key_env} is not set"
                         )
                 spec = EndpointSpec(
-                    name=settings.endpoint_name(cluster_name, index),
+                    name=config.name or f"{cluster_name}-{index}",
                     cluster=cluster_name,
                     base_url=config.url,
                     served_model=config.model,
@@ -65,17 +88,9 @@ class EndpointRegistry:
                     health_url=config.health_url,
                     weight=config.weight,
                 )
-                endpoints.append(
-                    Endpoint(
-                        spec,
-                        unhealthy_threshold=settings.health.unhealthy_threshold,
-                        healthy_threshold=settings.health.healthy_threshold,
-                        breaker=breaker_policy(settings),
-                        clock=clock,
-                    )
-                )
-            clusters[cluster_name] = tuple(endpoints)
-        return cls(clusters)
+                endpoints.append(new_endpoint(spec, health, circuit, clock=clock))
+            built[cluster_name] = tuple(endpoints)
+        return cls(built)
 
     def add(self, endpoint: Endpoint) -> None:
         """Add an endpoint to its cluster (created if new); requests in flight keep their snapshot.

@@ -25,7 +25,7 @@ from gateway.endpoints.model import Endpoint
 from gateway.endpoints.registry import EndpointRegistry
 from gateway.endpoints.stats import Scrape, StatsBoard
 from gateway.config import ScrapeSettings
-from gateway.scheduling.metrics import RoutingMetrics
+from gateway.observability.metrics import RoutingMetrics
 
 log = logging.getLogger("kvgate.scraper")
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.config import PriceSettings, Settings
+from gateway.config import ClusterSettings, PriceSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +85,11 @@ class Pricing:
         self.version = 0  # bumped by every change, so derived tables know when to rebuild
 
     @classmethod
-    def from_settings(cls, settings: Settings, overrides: Mapping[str, Price] | None = None) -> Pricing:
-        prices = {name: Price.from_settings(cluster.price) for name, cluster in settings.clusters.items()}
+    def from_settings(
+        cls, clusters: Mapping[str, ClusterSettings], overrides: Mapping[str, Price] | None = None
+    ) -> Pricing:
+        """Each cluster's ``[clusters.NAME.price]``, then ``overrides`` (admin-set prices) for known clusters."""
+        prices = {name: Price.from_settings(cluster.price) for name, cluster in clusters.items()}
         prices.update({name: price for name, price in (overrides or {}).items() if name in prices})
         return cls(prices)
 

@@ -17,6 +17,38 @@ Request outcomes (label ``outcome``):
     ``client_error``: the request was refused (4xx from kvgate or passed through from an endpoint).
     ``upstream_error``: the endpoint failed (connect, 5xx, timeout, broken or in-band error stream).
     ``cancelled``: the client disconnected first (never counted against the endpoint).
+
+The scheduling framework's instruments (:class:`RoutingMetrics`):
+    - ``kvgate_routing_producer_failures_total{producer, reason}``: a producer timed out or failed;
+      its hint was dropped and the request was scheduled without it.
+    - ``kvgate_routing_hot_spot_diversions_total{cluster}``: the hot-spot guard moved a request off
+      the endpoint with the longest cached prefix.
+    - ``kvgate_prefix_predictions_total{endpoint, outcome}``: predicted vs reported cached tokens of
+      finished requests: ``exact`` (within one engine block), ``over`` or ``under``.
+    - ``kvgate_prefix_prediction_accuracy{endpoint, source}``: 1 - |predicted - reported| / prompt
+      tokens, EWMA per request (``source="usage"``) or per scrape window from the engine's prefix
+      counters (``source="counters"``).
+    - ``kvgate_prefix_index_capacity_blocks{endpoint}``: the index capacity the closed loop applies.
+    - ``kvgate_state_degraded``: 1 while the shared state store is bypassed (local view), else 0.
+    - ``kvgate_state_fallbacks_total{reason}``: shared-store calls that fell back (timeout, error).
+    - ``kvgate_engine_scrape_failures_total{endpoint}``, ``kvgate_engine_restarts_total{endpoint}``.
+
+Route selection's instruments (:class:`RouteMetrics`):
+    * ``kvgate_route_selections_total{model, cluster, reason}``: one per selected request, by the
+      public name the client sent, the primary cluster chosen and the policy's reason
+      (``needs_reasoning``, ``light``, ``downgrade_ttft``, ``downgrade_cost``, ``downgrade_budget``,
+      ``upgrade_saturated``, ``upgrade_ttft``, ``unavailable``, ``context_fit``, ``tier``, or a
+      pinned model's route reason ``model``/``route``/``cluster``). Every downgrade and upgrade is
+      counted here. (``kvgate_route_decisions_total{model, route, cluster}``, the route mix of
+      finished requests, is :class:`GatewayMetrics`' ``route_decisions``.)
+    * ``kvgate_route_context_rejections_total{model}``: requests refused with 400
+      ``context_length_exceeded`` before any upstream call.
+    * ``kvgate_key_cost_usd_total{key, model, cluster}``: the cost of answered requests by key name
+      (``kvgate_cost_usd_total`` has no key label), priced as ``keys/pricing.py`` says: uncached
+      input, cached input and output tokens each at the cluster's own price.
+    * ``kvgate_route_classifier_seconds``: time to read the signals of a request routed by ``auto`` (features and classifier).
+    * At scrape time, per tiered cluster: ``kvgate_cluster_predicted_ttft_seconds``,
+      ``kvgate_cluster_load`` and ``kvgate_cluster_error_rate`` (``selection/load.py``).
 """
 
 from __future__ import annotations
@@ -205,6 +237,109 @@ class _EndpointStateCollector(Collector):
             draining.add_metric([endpoint.name, cluster], 1.0 if endpoint.draining else 0.0)
             weight.add_metric([endpoint.name, cluster], endpoint.spec.weight)
         yield from (circuit, draining, weight)
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
+class RoutingMetrics:
+    """Instruments of the routing framework on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = registry or CollectorRegistry(auto_describe=True)
+        self.producer_failures = Counter(
+            "kvgate_routing_producer_failures", "Producers that timed out or failed (hint dropped).",
+            ["producer", "reason"], registry=r,
+        )
+        self.hot_spot_diversions = Counter(
+            "kvgate_routing_hot_spot_diversions", "Requests the hot-spot guard moved off their best prefix match.",
+            ["cluster"], registry=r,
+        )
+        self.predictions = Counter(
+            "kvgate_prefix_predictions", "Predicted vs reported cached prompt tokens (exact, over, under).",
+            ["endpoint", "outcome"], registry=r,
+        )
+        self.accuracy = Gauge(
+            "kvgate_prefix_prediction_accuracy", "1 - |predicted - reported cached tokens| / prompt tokens (EWMA).",
+            ["endpoint", "source"], registry=r, multiprocess_mode="livemax",
+        )
+        self.capacity = Gauge(
+            "kvgate_prefix_index_capacity_blocks", "Capacity of an endpoint's prefix index, in blocks.",
+            ["endpoint"], registry=r, multiprocess_mode="livemax",
+        )
+        self.degraded = Gauge(
+            "kvgate_state_degraded", "1 while the shared state store is bypassed and routing uses the local view.",
+            registry=r, multiprocess_mode="livemax",
+        )
+        self.fallbacks = Counter(
+            "kvgate_state_fallbacks", "Shared state store calls that fell back to the local view.", ["reason"], registry=r,
+        )
+        self.scrape_failures = Counter(
+            "kvgate_engine_scrape_failures", "Failed scrapes of an endpoint's /metrics.", ["endpoint"], registry=r,
+        )
+        self.restarts = Counter(
+            "kvgate_engine_restarts", "Endpoint restarts detected from its metrics (index cleared).", ["endpoint"], registry=r,
+        )
+        for instrument in (self.producer_failures, self.hot_spot_diversions, self.predictions, self.accuracy, self.capacity):
+            cache_children(instrument)
+
+
+class RouteMetrics:
+    """Route selection's instruments on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.selections = Counter(
+            "kvgate_route_selections",
+            "Route selection decisions by public model, chosen primary cluster and reason.",
+            ["model", "cluster", "reason"],
+            registry=registry,
+        )
+        self.context_rejections = Counter(
+            "kvgate_route_context_rejections",
+            "Requests refused with context_length_exceeded before any upstream call.",
+            ["model"],
+            registry=registry,
+        )
+        self.key_cost = Counter(
+            "kvgate_key_cost_usd",
+            "Cost of answered requests at the serving cluster's prices, by key name, model and cluster, USD.",
+            ["key", "model", "cluster"],
+            registry=registry,
+        )
+        self.signal_seconds = Histogram(
+            "kvgate_route_classifier_seconds",
+            "Time to read one request's route selection signals (features and classifier), seconds.",
+            buckets=(1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3),
+            registry=registry,
+        )
+        for instrument in (self.selections, self.context_rejections, self.key_cost):
+            cache_children(instrument)
+
+    def watch_clusters(self, views: Callable[[], Iterable[Any]]) -> None:
+        """Export each tiered cluster's live view (``selection/load.py``) at scrape time."""
+        self.registry.register(_ClusterCollector(views))
+
+
+class _ClusterCollector(Collector):
+    def __init__(self, views: Callable[[], Iterable[Any]]) -> None:
+        self._views = views
+
+    def collect(self) -> Iterator[Metric]:
+        ttft = GaugeMetricFamily(
+            "kvgate_cluster_predicted_ttft_seconds", "Predicted TTFT of a new request on the cluster, seconds.",
+            labels=["cluster"],
+        )
+        load = GaugeMetricFamily(
+            "kvgate_cluster_load", "Busy share of the least busy endpoint's slots with one more request.", labels=["cluster"]
+        )
+        errors = GaugeMetricFamily("kvgate_cluster_error_rate", "Recent upstream error rate (EWMA).", labels=["cluster"])
+        for view in self._views():
+            if view.routable:
+                ttft.add_metric([view.name], view.predicted_ttft_s)
+                load.add_metric([view.name], view.load)
+            errors.add_metric([view.name], view.error_rate)
+        yield from (ttft, load, errors)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())

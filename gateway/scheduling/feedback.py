@@ -48,7 +48,7 @@ from typing import Any
 from gateway.endpoints.stats import Scrape
 from gateway.prefix.hashing import PrefixKey
 from gateway.config import IndexSettings
-from gateway.scheduling.metrics import RoutingMetrics
+from gateway.observability.metrics import RoutingMetrics
 from gateway.scheduling.prefill import PrefillTracker
 from gateway.state.base import StateStore
 

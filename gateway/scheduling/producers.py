@@ -23,7 +23,7 @@ from typing import Any
 
 from gateway.deadlines import deadline
 from gateway.endpoints.model import Endpoint
-from gateway.scheduling.metrics import RoutingMetrics
+from gateway.observability.metrics import RoutingMetrics
 from gateway.scheduling.types import PENDING, Context, DataProducer
 from gateway.state.base import StateStore, StoreView
 

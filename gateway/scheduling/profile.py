@@ -47,7 +47,7 @@ from gateway.scheduling import registry
 from gateway.config import ProfileSettings, RoutingSettings
 from gateway.scheduling.decision_record import DecisionRecord, endpoint_row
 from gateway.scheduling.feedback import PrefixFeedback
-from gateway.scheduling.metrics import RoutingMetrics
+from gateway.observability.metrics import RoutingMetrics
 from gateway.scheduling.producers import run_producers
 from gateway.scheduling.scheduler import Decision
 from gateway.scheduling.types import Candidate, Context

@@ -26,7 +26,7 @@ from gateway.endpoints.stats import Scrape, StatsBoard
 from gateway.prefix.hashing import PromptHasher
 from gateway.config import BASIC_POLICIES, RoutingSettings, StateSettings
 from gateway.scheduling.feedback import PrefixFeedback
-from gateway.scheduling.metrics import RoutingMetrics
+from gateway.observability.metrics import RoutingMetrics
 from gateway.scheduling.profile import ProfileScheduler
 from gateway.scheduling.registry import PluginDeps
 from gateway.scheduling.scheduler import SCHEDULERS, Scheduler

@@ -42,7 +42,7 @@ from gateway.selection.catalog import ModelCatalog, ModelEntry
 from gateway.selection.classifier import ClassifierModel
 from gateway.selection.limits import request_limits
 from gateway.selection.load import ClusterProfile, ClusterView, LoadTracker
-from gateway.selection.metrics import RouteMetrics
+from gateway.observability.metrics import RouteMetrics
 from gateway.selection.policy import Limits, PolicyParams, Selection, estimated_cost, fits, select_auto, select_pinned, select_tier
 from gateway.selection.rewrite import thinking_off
 from gateway.selection.signals import RequestSignals, output_cap, read_signals

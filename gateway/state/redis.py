@@ -34,7 +34,7 @@ from redis.retry import Retry
 
 from gateway.prefix.hashing import PrefixKey
 from gateway.config import StateSettings
-from gateway.scheduling.metrics import RoutingMetrics
+from gateway.observability.metrics import RoutingMetrics
 from gateway.state.base import StoreView, raise_if_cancelling
 from gateway.state.memory import MemoryStore
 from gateway.state.redis_scripts import LOOKUP, WRITE

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 from gateway.prefix.hashing import PrefixKey
 from gateway.config import StateSettings
-from gateway.scheduling.metrics import RoutingMetrics
+from gateway.observability.metrics import RoutingMetrics
 from gateway.state.base import StateStore
 from gateway.state.memory import MemoryStore
 from gateway.state.redis import RedisStore

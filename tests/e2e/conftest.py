@@ -20,7 +20,7 @@ import pytest
 import pytest_asyncio
 
 from backends.host import detect, kv_dtype_support
-from backends.workers.local import LocalWorkerPool
+from tests.support.local_workers import LocalWorkerPool
 from backends.workers.prepared import Runtime, prepare_runtime
 from backends.workers.dtypes import Chosen, choose_for_model
 

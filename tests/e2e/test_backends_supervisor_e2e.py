@@ -113,7 +113,7 @@ async def gateway(pair: WorkerSupervisor) -> AsyncIterator[str]:
     if not any(getattr(route, "path", "").startswith("/admin/workers") for route in app.routes):
         app.include_router(admin_workers.router)
     app.state.container.supervisor = pair
-    await pair.subscribe(ManagedEndpoints.for_settings(app.state.container.registry, settings, "fast"))
+    await pair.subscribe(ManagedEndpoints.for_settings(app.state.container.registry, settings.health, settings.circuit, "fast"))
     port = free_port()
     server = _Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve())

@@ -15,7 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from backends.workers.local import LocalWorker, LocalWorkerPool
+from tests.support.local_workers import LocalWorker, LocalWorkerPool
 from backends.workers.process import WorkerProcess
 from gateway.app import create_app
 from gateway.continuation import EXTENSION_FIELD

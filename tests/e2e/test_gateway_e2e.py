@@ -16,7 +16,7 @@ import openai
 import pytest
 import pytest_asyncio
 
-from backends.workers.local import LocalWorkerPool
+from tests.support.local_workers import LocalWorkerPool
 from gateway.app import create_app
 from gateway.config import build_settings
 from tests.support.threads import ServerThread

@@ -15,7 +15,7 @@ import uuid
 import httpx
 import pytest
 
-from backends.workers.local import LocalWorkerPool
+from tests.support.local_workers import LocalWorkerPool
 from backends.sim.clock import ManualClock
 from backends.sim.latency import LatencyModel
 from backends.sim.presets import get_preset

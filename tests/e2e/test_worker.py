@@ -8,7 +8,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from backends.workers.local import LocalWorker, LocalWorkerPool
+from tests.support.local_workers import LocalWorker, LocalWorkerPool
 from backends.workers.dtypes import Chosen
 
 pytestmark = pytest.mark.e2e

@@ -33,7 +33,7 @@ async def test_generation_probe(script: list[tuple[object, ...]], probe: str, he
             "clusters": {"c": {"endpoints": [{"name": "e", "url": server.base_url, "model": "m"}]}},
         }
     )
-    registry = EndpointRegistry.from_settings(settings)
+    registry = EndpointRegistry.from_settings(settings.clusters, settings.health, settings.circuit)
     upstream = AiohttpUpstream(settings.upstream)
     try:
         await HealthChecker(registry, upstream, settings.health, GatewayMetrics(), sleep=asyncio.sleep).check_all()

@@ -132,7 +132,7 @@ def test_workers_up_specs_carry_the_host_choice_and_refuse_a_file_asking_for_fp8
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from backends.cli import _worker_specs
+    from backends.workers.cli import _worker_specs
 
     model = tmp_path / "smol"
     model.mkdir()

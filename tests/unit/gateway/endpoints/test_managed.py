@@ -97,7 +97,7 @@ async def test_configured_endpoints_are_never_touched(caplog: pytest.LogCaptureF
 async def test_for_settings_uses_configured_thresholds() -> None:
     settings = build_settings({"health": {"unhealthy_threshold": 1}})
     registry = EndpointRegistry({})
-    managed = ManagedEndpoints.for_settings(registry, settings, "fast")
+    managed = ManagedEndpoints.for_settings(registry, settings.health, settings.circuit, "fast")
     await managed.worker_changed(status("w0", Phase.READY))
     endpoint = registry.find("w0")
     assert endpoint is not None

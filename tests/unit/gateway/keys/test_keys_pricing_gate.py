@@ -121,7 +121,7 @@ def test_token_usage_of_no_usage_is_none() -> None:
 
 def test_pricing_from_settings_defaults_cached_to_input_and_takes_overrides() -> None:
     settings = build_settings({"clusters": {"a": {"price": {"input_per_mtok": 2, "output_per_mtok": 3}}, "b": {}}})
-    pricing = Pricing.from_settings(settings, {"b": Price(9, 9, 9), "ghost": Price(1, 1, 1)})
+    pricing = Pricing.from_settings(settings.clusters, {"b": Price(9, 9, 9), "ghost": Price(1, 1, 1)})
     assert pricing.get("a") == Price(2, 2, 3)
     assert pricing.get("b") == Price(9, 9, 9)
     assert pricing.get("ghost") == Price() and pricing.get("nope") == Price()

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 from gateway.prefix.hashing import PrefixKey
 from gateway.config import IndexSettings
 from gateway.scheduling.feedback import PrefixFeedback
-from gateway.scheduling.metrics import RoutingMetrics
+from gateway.observability.metrics import RoutingMetrics
 from gateway.state.memory import MemoryStore
 
 KEY = PrefixKey(tuple(range(200)), None, 200 * 256 + 100, 256)  # ~51 KB of canonical prompt

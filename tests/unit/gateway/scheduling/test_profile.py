@@ -17,7 +17,7 @@ from gateway.endpoints.stats import StatsBoard
 from gateway.prefix.hashing import PrefixKey, PromptHasher
 from gateway.config import ProfileSettings, RoutingSettings
 from gateway.scheduling.feedback import PrefixFeedback
-from gateway.scheduling.metrics import RoutingMetrics
+from gateway.observability.metrics import RoutingMetrics
 from gateway.scheduling.producers import run_producers
 from gateway.scheduling.profile import ProfileScheduler, UnknownPluginError
 from gateway.scheduling.registry import PluginDeps

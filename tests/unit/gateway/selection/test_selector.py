@@ -16,7 +16,7 @@ from gateway.keys.pricing import Pricing, TokenUsage
 from gateway.protocol.openai import Operation, parse_request
 from gateway.selection.catalog import ModelCatalog
 from gateway.selection.classifier import ClassifierModel
-from gateway.selection.metrics import RouteMetrics
+from gateway.observability.metrics import RouteMetrics
 from gateway.selection.selector import RouteSelector, spent_from
 from gateway.config import ConfigError, Settings, build_settings
 
@@ -52,7 +52,7 @@ def make(settings: Settings, spent: Any = None, clock: Clock | None = None) -> t
     registry = CollectorRegistry()
     selector = RouteSelector(
         settings=lambda: settings, catalog=ModelCatalog.from_settings(settings),
-        registry=EndpointRegistry.from_settings(settings), pricing=Pricing.from_settings(settings),
+        registry=EndpointRegistry.from_settings(settings.clusters, settings.health, settings.circuit), pricing=Pricing.from_settings(settings.clusters),
         metrics=RouteMetrics(registry), spent=spent, clock=clock or Clock(),
         model=ClassifierModel(bias=-2.0, weights={"cue:proof": 5.0}, threshold=0.5),
     )

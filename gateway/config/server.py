@@ -1,0 +1,52 @@
+"""``[server]``: the gateway's own HTTP listener (bind address, request limits, processes).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Literal
+
+from pydantic import Field
+
+from gateway.config.section import MiB, Section
+
+
+class ServerSettings(Section):
+    """The gateway's own HTTP listener."""
+
+    host: str = Field("127.0.0.1", description="Interface to bind. Anything but loopback requires client keys.")
+    port: int = Field(8080, ge=1, le=65535, description="TCP port.")
+    max_body_bytes: int = Field(
+        32 * MiB, ge=1024, description="Largest accepted request body in bytes; larger gets 413."
+    )
+    max_header_bytes: int = Field(
+        60 * 1024, ge=1024, description="Largest request line + headers in bytes (Envoy's default); larger gets 431."
+    )
+    max_headers: int = Field(100, ge=8, description="Most header fields per request (Envoy's default); more gets 431.")
+    header_timeout_s: float = Field(
+        60.0, gt=0, description="Connection open or a request's first byte -> end of its headers, seconds "
+        "(nginx client_header_timeout); later gets 408 and the connection closed."
+    )
+    body_timeout_s: float = Field(
+        60.0, gt=0, description="Longest silence between two reads of a request body, seconds (nginx "
+        "client_body_timeout); longer gets 408. Never applies to a response being streamed."
+    )
+    keepalive_s: float = Field(
+        5.0, gt=0, description="An idle keep-alive connection is closed after this, seconds (uvicorn's default; "
+        "nginx keepalive_timeout is 75)."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    access_log: bool = Field(False, description="Log one line per request (uvicorn's access log).")
+    processes: int = Field(
+        1, ge=1, le=256,
+        description="Gateway processes sharing the port (SO_REUSEPORT), about one core each; > 1 needs state.backend = redis.",
+    )
+
+    def is_loopback(self) -> bool:
+        """True if ``host`` binds only a loopback interface (127.0.0.0/8, ::1 or localhost)."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
