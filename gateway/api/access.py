@@ -2,7 +2,7 @@
 
 Inference requests (``POST /v1/chat/completions``, ``/v1/completions``) are served by the edge
 (``api/edge.py``) on every door; with ``server.access_log`` on, the edge writes their line with
-:func:`log_inference` once the request is over (after its close-out, so the exchange is final),
+:func:`access_line` once the request is over (after its close-out, so the exchange is final),
 and with tracing on it owns their span too.
 
 :class:`AccessMiddleware` does the same for every other route (admin, ``/v1/models``, health,
@@ -67,20 +67,27 @@ def request_fields(
     return fields
 
 
-def log_inference(
-    scope: Any, state: Any, status: int, duration_s: float, payloads: tuple[bytes, bytes] | None = None
+def access_line(
+    exchange: Any,
+    *,
+    request_id: str | None,
+    method: str,
+    path: str,
+    status: int,
+    duration_s: float,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """Write the access-log line of a finished inference request (the edge calls it, on every door).
 
-    ``scope``: the request's ``method`` and ``path``; ``state``: its ``request_id`` and, once the
-    director made one, its ``exchange``; ``status``: the HTTP status answered (499: the client
-    left); ``payloads``: the first bytes of the request and response bodies, or None.
+    ``exchange``: the request's Exchange, or None when it failed before the director made one;
+    ``status``: the HTTP status answered (499: the client left); ``duration_s``: from the edge's
+    start to the last byte written; ``extra``: more fields (``request_body``, ``response_body``).
+    The same signature as ``gateway.closeout.access_line`` (the close-out's copy, issue 18), which
+    takes it over when both are merged.
     """
-    method, path = scope.get("method"), scope.get("path")
-    fields = request_fields(method, path, state.request_id, status, duration_s, getattr(state, "exchange", None))
-    if payloads is not None:
-        fields["request_body"] = payloads[0].decode("utf-8", "replace")
-        fields["response_body"] = payloads[1].decode("utf-8", "replace")
+    fields = request_fields(method, path, request_id, status, duration_s, exchange)
+    if extra:
+        fields.update(extra)
     log.info("%s %s %d", method, path, status, extra={"fields": fields})
 
 

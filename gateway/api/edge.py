@@ -21,7 +21,7 @@ or a test's ``httpx.ASGITransport``). It owns, once:
 * the trace and the access log, the same on every door: with tracing on the edge starts the
   request's :class:`~gateway.observability.tracing.RequestTrace` (``state.trace``) and ends it
   when the answer is complete; with ``server.access_log`` the line is written once the request is
-  over (after its close-out), by :func:`gateway.api.access.log_inference`.
+  over (after its close-out), by :func:`gateway.api.access.access_line`.
 
 Turning tracing or the access log on adds those effects around the same code path
 (:meth:`Edge.serve`); it never sends a request to another door. A door is a small adapter
@@ -37,7 +37,7 @@ import types
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
-from gateway.api.access import PAYLOAD_LIMIT, log_inference
+from gateway.api.access import PAYLOAD_LIMIT, access_line
 from gateway.api.middleware import incoming_request_id, new_request_id
 from gateway.errors import GatewayError, PayloadTooLargeError
 from gateway.observability.tracing import CURRENT, RequestTrace
@@ -126,6 +126,13 @@ class _Seen:
 
         return observed
 
+    def fields(self) -> dict[str, str]:
+        """The access log's ``request_body`` and ``response_body`` (text, invalid UTF-8 replaced)."""
+        return {
+            "request_body": self.request_body.decode("utf-8", "replace"),
+            "response_body": self.response_body.decode("utf-8", "replace"),
+        }
+
 
 class Edge:
     """Serves inference requests for every door (see the module doc). Built once per app.
@@ -136,7 +143,7 @@ class Edge:
     ``server.access_log`` and ``logging.log_payloads`` switches. ``clock``: seconds, monotonic.
     """
 
-    __slots__ = ("_container", "_tracer", "_access_log", "_payloads", "_observed", "_clock")
+    __slots__ = ("_access_log", "_clock", "_container", "_observed", "_payloads", "_tracer")
 
     def __init__(
         self,
@@ -185,8 +192,11 @@ class Edge:
                 trace.end(status, error if isinstance(error, Exception) else None)
                 CURRENT.reset(token)  # type: ignore[arg-type]
             if self._access_log:
-                payloads = (seen.request_body, seen.response_body) if seen is not None else None
-                log_inference(scope, state, status, self._clock() - started, payloads)
+                extra = seen.fields() if seen is not None else None
+                access_line(
+                    getattr(state, "exchange", None), request_id=state.request_id, method=scope["method"],
+                    path=scope["path"], status=status, duration_s=self._clock() - started, extra=extra,
+                )
 
     async def _serve(self, door: Door, operation: Operation, raw_id: bytes, state: Any, seen: _Seen | None) -> int:
         """Authenticate, read, direct, answer; the HTTP status answered (499: the client left)."""
@@ -230,7 +240,7 @@ class Edge:
             reply.headers.extend(extra)
             await reply(scope, door.receive, door.send if seen is None else seen.sender(door.send))
             return 200
-        except BaseException as unexpected:
+        except BaseException as unexpected:  # noqa: BLE001  # as uvicorn's run_asgi: every error is answered or closes
             if isinstance(unexpected, asyncio.CancelledError) and door.disconnected:
                 return 499
             await self._unexpected(door, unexpected, raw_id)

@@ -28,7 +28,7 @@ from gateway.relay import race_disconnect
 class AsgiDoor:
     """The edge's door for one ASGI request (``scope``, ``receive``, ``send``): see :class:`~gateway.api.edge.Door`."""
 
-    __slots__ = ("scope", "receive", "_send", "started", "disconnected")
+    __slots__ = ("_send", "disconnected", "receive", "scope", "started")
 
     def __init__(self, scope: Any, receive: Any, send: Any) -> None:
         self.scope = scope
