@@ -35,7 +35,9 @@ import logging
 import time
 import types
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from opentelemetry.trace import Tracer
 
 from gateway.api.access import PAYLOAD_LIMIT, access_line
 from gateway.api.middleware import incoming_request_id, new_request_id
@@ -44,6 +46,9 @@ from gateway.observability.tracing import CURRENT, RequestTrace
 from gateway.protocol.openai import Operation
 from gateway.proxy import BufferedReply
 from gateway.relay import ClientDisconnected
+
+if TYPE_CHECKING:
+    from gateway.app import Container
 
 log = logging.getLogger("kvgate")
 
@@ -147,9 +152,9 @@ class Edge:
 
     def __init__(
         self,
-        container: Any,
+        container: Container,
         *,
-        tracer: Any = None,
+        tracer: Tracer | None = None,
         access_log: bool = False,
         log_payloads: bool = False,
         clock: Callable[[], float] = time.perf_counter,
@@ -221,14 +226,11 @@ class Edge:
                     await pending
                 return 499
             except GatewayError as error:
-                extra = error_headers(error)
-                extra.append((b"x-request-id", raw_id))
-                pending = self._write(door, error.status, JSON, error.body(), extra, seen)
+                pending = self._write(door, error.status, JSON, error.body(), _with_id(error_headers(error), raw_id), seen)
                 if pending is not None:
                     await pending
                 return error.status
-            extra = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in route_headers.items()]
-            extra.append((b"x-request-id", raw_id))
+            extra = _with_id([(name.encode("latin-1"), value.encode("latin-1")) for name, value in route_headers.items()], raw_id)
             if isinstance(reply, BufferedReply):
                 try:
                     pending = self._write(door, reply.status, reply.content_type.encode("latin-1"), reply.body, extra, seen)
@@ -261,13 +263,19 @@ class Edge:
         log.error("unhandled error on POST %s", door.scope.get("path"), exc_info=error)
         if not door.started and not door.disconnected:
             answer = internal_error()
-            pending = door.write(answer.status, JSON, answer.body(), [(b"x-request-id", raw_id)])
+            pending = door.write(answer.status, JSON, answer.body(), _with_id([], raw_id))
             if pending is not None:
                 await pending
         elif not door.close():
             raise error
         if isinstance(error, asyncio.CancelledError):
             raise error
+
+
+def _with_id(headers: Headers, raw_id: bytes) -> Headers:
+    """``headers`` with ``x-request-id: raw_id`` appended (in place)."""
+    headers.append((b"x-request-id", raw_id))
+    return headers
 
 
 def _settle(reply: BufferedReply, scope: MutableMapping[str, Any]) -> None:
