@@ -263,3 +263,14 @@ def test_the_edge_starts_and_ends_the_requests_trace() -> None:
     assert span.attributes["kvgate.request_id"] == "trace-1"
     assert span.attributes["http.response.status_code"] == 200
     provider.shutdown()
+
+
+@pytest.mark.parametrize("door", ["raw", "asgi"])
+def test_both_doors_have_every_member_of_the_door_protocol(door: str) -> None:
+    from gateway.api.openai import AsgiDoor
+    from gateway.api.server import InferenceCycle
+
+    cls: type = InferenceCycle if door == "raw" else AsgiDoor
+    for name in ("read_body", "watch", "write", "left", "close", "receive", "send"):
+        assert callable(getattr(cls, name, None)) or name in getattr(cls, "__slots__", ()), name
+    assert hasattr(cls, "started")
