@@ -144,9 +144,8 @@ async def main() -> int:
     parser.add_argument("--profile-out", help="with --profile: also write the cProfile stats to this file (pstats)")
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--endpoints", type=int, default=4, help="endpoints in the cluster (bench/overhead runs 1)")
-    parser.add_argument("--no-fast-path", action="store_true", help="send inference through FastAPI's stack (A/B)")
     parser.add_argument("--asgi", action="store_true",
-                        help="drive the ASGI app (GatewayApp's fast path) instead of the handler `kvgate serve` calls")
+                        help="drive the ASGI app (its door to the edge) instead of the handler `kvgate serve` calls")
     parser.add_argument("--model", default="m", choices=("m", "auto"),
                         help="m: a public model on one cluster; auto: route selection over reasoning and fast clusters")
     parser.add_argument("--redis-url", help="state backend redis at this URL (default: memory), e.g. redis://127.0.0.1:6379/15")
@@ -161,13 +160,11 @@ async def main() -> int:
            if args.redis_url else {}),
     })
     app = create_app(settings, upstream=upstream, health_checks=False)
-    if args.no_fast_path:
-        app.fast_path = False
     prompt = "You are a helpful assistant. " * 40
     body = json.dumps({"model": args.model, "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}],
                        "max_tokens": 20, "stream": args.stream}).encode()
     async with app.router.lifespan_context(app):
-        run = (lambda n: drive(app, body, n)) if args.asgi or args.no_fast_path else (
+        run = (lambda n: drive(app, body, n)) if args.asgi else (
             lambda n: drive_core(app, body, n, args.stream))
         await run(500)  # warm-up
         tune_gc()  # as `kvgate serve` after start-up

@@ -25,8 +25,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
 from gateway.api import admin, admin_config, admin_console, admin_keys, admin_routing, admin_workers, health, openai
-from gateway.api.fastpath import GatewayApp, error_response
 from gateway.api.access import AccessMiddleware
+from gateway.api.edge import Edge, internal_error
+from gateway.api.openai import GatewayApp
 from gateway.api.openapi import install_openapi
 from gateway.api.middleware import RequestIdMiddleware
 from gateway.endpoints.health import HealthChecker
@@ -68,7 +69,9 @@ class Container:
         return Response(orjson.dumps(content), status, media_type="application/json")
 
 
-_error_response = error_response
+def _error_response(error: GatewayError) -> Response:
+    """The OpenAI-shaped JSON response for ``error`` (the routes that are not inference; the edge renders those)."""
+    return Response(error.body(), error.status, error.headers, media_type="application/json")
 
 
 async def _on_gateway_error(request: Request, error: Exception) -> Response:
@@ -103,7 +106,7 @@ async def _on_unexpected(request: Request, error: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=error)
     request_id = getattr(request.state, "request_id", None)
     headers = {"x-request-id": request_id} if request_id else None  # ServerErrorMiddleware sits outside ours
-    return _error_response(GatewayError("The gateway had an internal error. It has been logged.", headers=headers))
+    return _error_response(internal_error(headers))
 
 
 def _admin_urls(registry: EndpointRegistry) -> Iterator[str]:
@@ -240,8 +243,14 @@ def create_app(
     app.add_exception_handler(GatewayError, _on_gateway_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
     app.add_exception_handler(Exception, _on_unexpected)
-    app.fast_path = container.ops.tracer is None and not settings.server.access_log
-    if not app.fast_path:
+    # inference: the edge, on every door, whatever the switches; its trace and access log are its own
+    app.edge = Edge(
+        container,
+        tracer=container.ops.tracer,
+        access_log=settings.server.access_log,
+        log_payloads=settings.logging.log_payloads,
+    )
+    if container.ops.tracer is not None or settings.server.access_log:  # the other routes' span and log line
         app.add_middleware(
             AccessMiddleware,
             tracer=container.ops.tracer,

@@ -1,13 +1,19 @@
-"""Pure-ASGI middleware: the server span and the JSON access log of each request.
+"""The JSON access log of every request, and the server span of the routes that are not inference.
 
-Installed by ``create_app`` only when tracing or the access log is on, inside
+Inference requests (``POST /v1/chat/completions``, ``/v1/completions``) are served by the edge
+(``api/edge.py``) on every door; with ``server.access_log`` on, the edge writes their line with
+:func:`access_line` once the request is over (after its close-out, so the exchange is final),
+and with tracing on it owns their span too.
+
+:class:`AccessMiddleware` does the same for every other route (admin, ``/v1/models``, health,
+metrics). It is installed by ``create_app`` only when tracing or the access log is on, inside
 :class:`~gateway.api.middleware.RequestIdMiddleware` (so the request id exists). It wraps the
-whole response, streams included: the span and the log line are written when the last body
-byte was sent or the app raised.
+whole response: the span and the log line are written when the last body byte was sent or the
+app raised.
 
-For inference requests the handler leaves the :class:`~gateway.exchange.Exchange` in
-``scope["state"]["exchange"]``; its model, route, cluster, endpoint, outcome, key id and token
-counts join the log line. With ``logging.log_payloads`` the first 4 KiB of the request and
+A line has ``request_id``, ``method``, ``path``, ``status`` and ``duration_ms``; for inference the
+:class:`~gateway.exchange.Exchange`'s model, route, cluster, endpoint, outcome, attempts, key id
+and token counts join it. With ``logging.log_payloads`` the first 4 KiB of the request and
 response bodies are added (``request_body``, ``response_body``); otherwise no body is read here.
 """
 
@@ -28,16 +34,22 @@ PAYLOAD_LIMIT = 4096
 
 
 def access_fields(scope: dict[str, Any], status: int, duration_s: float) -> dict[str, Any]:
-    """The access-log fields of a finished request (pure)."""
+    """The access-log fields of a finished request, from its ASGI ``scope`` (pure)."""
     state = scope.get("state") or {}
+    return request_fields(scope.get("method"), scope.get("path"), state.get("request_id"), status, duration_s, state.get("exchange"))
+
+
+def request_fields(
+    method: str | None, path: str | None, request_id: str | None, status: int, duration_s: float, exchange: Any = None
+) -> dict[str, Any]:
+    """The access-log fields of a finished request; ``exchange``: its Exchange, or None (pure)."""
     fields: dict[str, Any] = {
-        "request_id": state.get("request_id"),
-        "method": scope.get("method"),
-        "path": scope.get("path"),
+        "request_id": request_id,
+        "method": method,
+        "path": path,
         "status": status,
         "duration_ms": round(duration_s * 1000, 3),
     }
-    exchange = state.get("exchange")
     if exchange is not None:
         fields.update(
             model=exchange.model,
@@ -53,6 +65,30 @@ def access_fields(scope: dict[str, Any], status: int, duration_s: float) -> dict
         if tokens is not None:
             fields.update(input_tokens=tokens.input, cached_tokens=tokens.cached, output_tokens=tokens.output)
     return fields
+
+
+def access_line(
+    exchange: Any,
+    *,
+    request_id: str | None,
+    method: str,
+    path: str,
+    status: int,
+    duration_s: float,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """Write the access-log line of a finished inference request (the edge calls it, on every door).
+
+    ``exchange``: the request's Exchange, or None when it failed before the director made one;
+    ``status``: the HTTP status answered (499: the client left); ``duration_s``: from the edge's
+    start to the last byte written; ``extra``: more fields (``request_body``, ``response_body``).
+    The same signature as ``gateway.closeout.access_line`` (the close-out's copy, issue 18), which
+    takes it over when both are merged.
+    """
+    fields = request_fields(method, path, request_id, status, duration_s, exchange)
+    if extra:
+        fields.update(extra)
+    log.info("%s %s %d", method, path, status, extra={"fields": fields})
 
 
 class _Capture:

@@ -1,15 +1,16 @@
-"""The OpenAI-compatible edge: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``.
+"""The OpenAI-compatible API on ASGI: the app class, the edge's ASGI door, and ``/v1/models``.
 
-Handlers stay thin: authenticate, read the body once (bounded by ``server.max_body_bytes``),
-validate the fields kvgate reads, select the route (``gateway/selection/selector.py``: model or
-alias, limit headers, context fit) and apply ``X-Failover-Route``, admit the key (model list
-checked on the clusters of that final route, quotas with a reservation of the estimated tokens
-and cost, ``gateway/keys/gate.py``; after the route resolved, so an unknown model costs no
-quota), hand over to the proxy, and turn
-its reply into a response with the ``x-kvgate-route`` (route and reason), ``x-kvgate-cluster`` and
-``x-kvgate-endpoint`` headers. A client that disconnects at any point cancels the upstream
-request. Errors raise :class:`~gateway.errors.GatewayError`, which the app's exception handler
-renders.
+:class:`GatewayApp` is FastAPI with ``POST /v1/chat/completions`` and ``POST /v1/completions``
+always handed to the edge (:meth:`gateway.api.edge.Edge.serve`) before the middleware stack and
+the router, through :class:`AsgiDoor`; whether tracing or the access log is on does not matter
+(the edge does both). Profiling (``bench/overhead``, py-spy) had shown a fixed cost per request
+in the generic layers (Starlette's error middleware, FastAPI's wrappers, the request-id
+middleware, pattern matching over every admin route). The raw protocol door
+(``api/server.py``) serves the same two routes without ASGI; every other route (admin, health,
+metrics, ``/v1/models``) goes through FastAPI.
+
+The two inference routes stay in :data:`routes` for the router's 405 on other methods and for
+the OpenAPI document; their POST never reaches the router.
 """
 
 from __future__ import annotations
@@ -17,72 +18,92 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from fastapi import Request, Response
-from starlette.requests import ClientDisconnect
+from fastapi import FastAPI, Request, Response
 from starlette.routing import Route
 
-from gateway.errors import PayloadTooLargeError
-from gateway.protocol.openai import Operation
-from gateway.proxy import BufferedReply
-from gateway.relay import ClientDisconnected, StreamRelay, race_disconnect
+from gateway.api.edge import INFERENCE_PATHS, Edge, check_body_size
+from gateway.relay import race_disconnect
 
 
-def check_body_size(declared: str | None, read: int, limit: int) -> None:
-    """Raise PayloadTooLargeError (413) if ``Content-Length`` (``declared``) or the bytes ``read`` so far exceed ``limit``."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLargeError(f"Request body of {declared} bytes exceeds the limit of {limit} bytes.")
-    if read > limit:
-        raise PayloadTooLargeError(f"Request body exceeds the limit of {limit} bytes.")
+class AsgiDoor:
+    """The edge's door for one ASGI request (``scope``, ``receive``, ``send``): see :class:`~gateway.api.edge.Door`."""
 
+    __slots__ = ("_send", "disconnected", "receive", "scope", "started")
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole request body.
+    def __init__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.scope = scope
+        self.receive = receive
+        self._send = send
+        self.started = False
+        self.disconnected = False
 
-    Raises:
-        PayloadTooLargeError: (413) ``Content-Length`` or the bytes read exceed ``limit`` bytes.
-    """
-    check_body_size(request.headers.get("content-length"), 0, limit)
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in request.stream():
+    async def read_body(self, limit: int) -> bytes | None:
+        """The whole body, or None if the client left first. Raises PayloadTooLargeError past ``limit``."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                self.disconnected = True
+                return None
+            chunk = message.get("body", b"")
             size += len(chunk)
             check_body_size(None, size, limit)
             chunks.append(chunk)
-    except ClientDisconnect:
-        raise ClientDisconnected() from None
-    return b"".join(chunks)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def watch(self, work: Awaitable[Any]) -> Awaitable[Any]:
+        """Await ``work``, racing ``receive()`` for the client's disconnect (raises ClientDisconnected)."""
+        return race_disconnect(work, self.receive)
+
+    async def write(self, status: int, content_type: bytes, body: bytes, extra: list[tuple[bytes, bytes]]) -> None:
+        """Send a complete answer (nothing if one was started)."""
+        if self.started:
+            return
+        headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *extra]
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+        await self._send({"type": "http.response.body", "body": body})
+
+    async def left(self) -> None:
+        """The client left: end the ASGI exchange with an empty 499 (sent to nobody)."""
+        if not self.started:
+            await self.send({"type": "http.response.start", "status": 499, "headers": [(b"content-length", b"0")]})
+            await self._send({"type": "http.response.body", "body": b""})
+
+    def close(self) -> bool:
+        """ASGI cannot close the connection: False (the edge re-raises; the server closes it)."""
+        return False
+
+    async def send(self, message: Any) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
 
 
-async def inference(request: Request, operation: Operation) -> Response:
-    """Serve one inference request through ASGI (the fast path in ``api/fastpath.py`` and the routes below)."""
-    container = request.app.state.container
-    key = container.ops.gate.authenticate(request.headers.get("authorization"))  # 401 before reading a body
-    try:
-        raw = await read_body(request, container.settings.server.max_body_bytes)
-    except ClientDisconnected:  # left during the upload: nothing to answer, nothing to count
-        return Response(status_code=499)
+class GatewayApp(FastAPI):
+    """FastAPI, with inference requests handed to the edge before the middleware stack (module doc).
 
-    def watch(work: Awaitable[Any]) -> Awaitable[Any]:
-        return race_disconnect(work, request.receive)
+    ``edge``: the app's :class:`~gateway.api.edge.Edge`, set by ``create_app``.
+    """
 
-    try:
-        reply, route_headers = await container.proxy.handle(operation, request.headers, raw, request.state, watch, key)
-    except ClientDisconnected:
-        return Response(status_code=499)
-    if isinstance(reply, BufferedReply):
-        reply.settle()  # before the answer here: Starlette gives no hook right after writing it
-        return Response(reply.body, reply.status, route_headers, media_type=reply.content_type)
-    reply.headers.extend((name.encode(), value.encode()) for name, value in route_headers.items())
-    return reply  # type: ignore[return-value]  # an ASGI response; Starlette awaits it
+    edge: Edge
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            operation = INFERENCE_PATHS.get(scope["path"])
+            if operation is not None:
+                scope["app"] = self
+                await self.edge.serve(AsgiDoor(scope, receive, send), operation)
+                return
+        await super().__call__(scope, receive, send)
 
 
-async def chat_completions(request: Request) -> Response:
-    return await inference(request, Operation.CHAT)
+class _Inference:
+    """The inference routes' ASGI endpoint (reached only if ``GatewayApp.__call__`` was bypassed)."""
 
-
-async def completions(request: Request) -> Response:
-    return await inference(request, Operation.COMPLETION)
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await scope["app"].edge.serve(AsgiDoor(scope, receive, send), INFERENCE_PATHS[scope["path"]])
 
 
 async def list_models(request: Request) -> Response:
@@ -98,7 +119,7 @@ async def list_models(request: Request) -> Response:
 
 
 routes = [
-    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-    Route("/v1/completions", completions, methods=["POST"]),
+    Route("/v1/chat/completions", _Inference(), methods=["POST"]),
+    Route("/v1/completions", _Inference(), methods=["POST"]),
     Route("/v1/models", list_models, methods=["GET"]),
 ]

@@ -1,4 +1,4 @@
-"""uvicorn's httptools protocol, with inference requests served without ASGI.
+"""uvicorn's httptools protocol, with inference requests served without ASGI: the raw door.
 
 ``bench/overhead`` under py-spy (c=32, one core) showed uvicorn's ASGI ``send`` at 7 % of the
 gateway's CPU (a regular-expression check per response header), and the race between the
@@ -6,22 +6,20 @@ forwarding task and a ``receive()`` watcher task (``race_disconnect``) as anothe
 request. :class:`KvgateHttpProtocol` is uvicorn's own ``HttpToolsProtocol`` (connection handling,
 keep-alive, pipelining, flow control, graceful shutdown and ``Expect: 100-continue`` unchanged);
 for ``POST /v1/chat/completions`` and ``POST /v1/completions`` it builds an
-:class:`InferenceCycle` instead of calling the ASGI app, which
+:class:`InferenceCycle` instead of calling the ASGI app. The cycle is the raw door of the edge
+(:class:`~gateway.api.edge.Door`): :meth:`gateway.api.edge.Edge.serve` does what every door
+does (request id, body limit, director, errors, trace, access log); the cycle
 
-* reads the body (``server.max_body_bytes``; 413 beyond it) and calls
-  :meth:`~gateway.proxy.Proxy.handle` directly, with the headers as a dict;
+* reads the body from the connection (``100 Continue`` when the client waits for it);
 * watches for the client leaving through the connection itself: the protocol's
   ``connection_lost`` cancels the forwarding step (the endpoint sees a disconnect and stops
-  generating) and the exchange ends as ``cancelled``, as the ASGI path's ``race_disconnect`` does;
-* writes a complete answer (or an OpenAI-shaped error) as one buffer with precomputed bytes;
+  generating) and the exchange ends as ``cancelled``, as the ASGI door's ``race_disconnect`` does;
+* writes a complete answer (or an OpenAI-shaped error) as one buffer with precomputed bytes, and
+  closes the connection after an answer given before the body was read;
 * streams through uvicorn's own ASGI ``send``/``receive`` (``StreamRelay`` is an ASGI response).
 
-Every other request, and every request while tracing or the access log is on (their middleware
-must see inference too; ``GatewayApp.fast_path`` is then False), goes to the ASGI app unchanged.
-The same semantics as the ASGI fast path in ``api/fastpath.py``: ``x-request-id`` in and out,
-``x-kvgate-*`` headers, a :class:`~gateway.errors.GatewayError` as its OpenAI-shaped response, any
-other exception logged and answered with an OpenAI-shaped 500 (or the connection closed when the
-answer had started).
+Every other request goes to the ASGI app unchanged. Tracing and the access log do not change the
+door: the edge does both on every door.
 
 The protocol is bounded by ``[server]``'s header, timeout and keep-alive limits
 (:class:`~gateway.api.http_limits.LimitedHttpProtocol`), whichever door a request takes.
@@ -34,59 +32,49 @@ they ever change shape, and ``tests/integration`` runs every test through this p
 from __future__ import annotations
 
 import asyncio
-import logging
-import types
+from collections.abc import Awaitable
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
-from gateway.api.fastpath import FAST_PATHS, GatewayApp
+from gateway.api.edge import INFERENCE_PATHS, Edge, check_body_size
 from gateway.api.http_limits import LimitedHttpProtocol
-from gateway.api.middleware import incoming_request_id, new_request_id
-from gateway.api.openai import check_body_size
-from gateway.errors import GatewayError
+from gateway.api.openai import GatewayApp
 from gateway.protocol.openai import Operation
-from gateway.proxy import BufferedReply
 from gateway.relay import ClientDisconnected
 
-log = logging.getLogger("kvgate")
-
-_FAST_URLS = {path.encode(): operation for path, operation in FAST_PATHS.items()}  # the raw URL, as httptools gives it
-_INTERNAL = "The gateway had an internal error. It has been logged."
+_RAW_URLS = {path.encode(): operation for path, operation in INFERENCE_PATHS.items()}  # the raw URL, as httptools gives it
 
 
 class InferenceCycle(RequestResponseCycle):
-    """One inference request on a :class:`KvgateHttpProtocol` connection (see the module doc)."""
+    """One inference request on a :class:`KvgateHttpProtocol` connection: the edge's raw door (module doc)."""
 
-    gateway: GatewayApp
+    edge: Edge
     operation: Operation
     task: asyncio.Task[None] | None = None
     _watching = False
-    _request_id: bytes | None = None  # set once the request's id is known; echoed on every answer
 
     async def run_asgi(self, app: Any) -> None:  # the name uvicorn calls; ``app`` is not used
         try:
-            await self._serve()
-        except BaseException as exc:  # as uvicorn's run_asgi: log, answer 500 or close
-            if isinstance(exc, asyncio.CancelledError) and self.disconnected:
-                return
-            log.error("unhandled error on POST %s", self.scope.get("path"), exc_info=exc)
-            if not self.response_started and not self.disconnected:
-                self._write_error(GatewayError(_INTERNAL))
-            else:
-                self.transport.close()
-            if isinstance(exc, asyncio.CancelledError):
-                raise
+            await self._serve()  # the edge answers every error itself; only a CancelledError comes out
         finally:
             self.on_response = lambda: None
+
+    def _serve(self) -> Awaitable[None]:
+        return self.edge.serve(self, self.operation)
+
+    @property
+    def started(self) -> bool:
+        """An answer has begun on this request (the edge's Door)."""
+        return self.response_started
 
     def client_left(self) -> None:
         """Called by the protocol when the connection is lost before the answer was complete."""
         if self._watching and self.task is not None:
             self.task.cancel()
 
-    async def _watch(self, work: Any) -> Any:
+    async def watch(self, work: Any) -> Any:
         """Await ``work``; the client leaving cancels it and raises :class:`ClientDisconnected`."""
         if self.disconnected:
             work.close()
@@ -103,7 +91,7 @@ class InferenceCycle(RequestResponseCycle):
         finally:
             self._watching = False
 
-    async def _body(self, limit: int) -> bytes | None:
+    async def read_body(self, limit: int) -> bytes | None:
         """The whole request body, or None when the client left first. Raises PayloadTooLargeError."""
         chunks: list[bytes] = []
         size = 0
@@ -125,48 +113,15 @@ class InferenceCycle(RequestResponseCycle):
             self.message_event.clear()
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    async def _serve(self) -> None:
-        scope = self.scope
-        container = self.gateway.state.container
-        raw_id = incoming_request_id(scope["headers"]) or new_request_id()
-        self._request_id = raw_id
-        # the first of repeated headers wins, as with Starlette's Headers.get on the ASGI path
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(scope["headers"])}
-        try:
-            key = container.ops.gate.authenticate(headers.get("authorization"))
-            limit = container.settings.server.max_body_bytes
-            check_body_size(headers.get("content-length"), 0, limit)
-            raw = await self._body(limit)
-            if raw is None:
-                return  # left during the upload: nothing to answer, nothing to count
-            state = types.SimpleNamespace(request_id=raw_id.decode())
-            reply, route_headers = await container.proxy.handle(self.operation, headers, raw, state, self._watch, key)
-        except ClientDisconnected:
-            return
-        except GatewayError as error:
-            self._write_error(error)
-            return
-        extra = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in route_headers.items()]
-        extra.append((b"x-request-id", raw_id))
-        if isinstance(reply, BufferedReply):
-            try:
-                self._write(reply.status, reply.content_type.encode("latin-1"), reply.body, extra)
-            finally:
-                try:
-                    reply.settle()  # the accounting, once the answer is on its way
-                except Exception:  # the answer was sent whole: keep the connection, log the fault
-                    log.exception("accounting failed after answering POST %s", scope.get("path"))
-            return
-        reply.headers.extend(extra)
-        await reply(scope, self.receive, self.send)
+    def left(self) -> None:
+        """The client left before an answer: nothing to write on this connection."""
 
-    def _write_error(self, error: GatewayError) -> None:
-        extra = [(name.lower().encode("latin-1"), str(value).encode("latin-1")) for name, value in error.headers.items()]
-        if self._request_id is not None:
-            extra.append((b"x-request-id", self._request_id))
-        self._write(error.status, b"application/json", error.body(), extra)
+    def close(self) -> bool:
+        """An error after the answer started: close the connection."""
+        self.transport.close()
+        return True
 
-    def _write(self, status: int, content_type: bytes, body: bytes, extra: list[tuple[bytes, bytes]]) -> None:
+    def write(self, status: int, content_type: bytes, body: bytes, extra: list[tuple[bytes, bytes]]) -> None:
         """Write a complete answer as one buffer and end the cycle as uvicorn's ``send`` would."""
         if self.disconnected or self.response_started:
             return
@@ -197,7 +152,7 @@ class KvgateHttpProtocol(LimitedHttpProtocol):
     def on_headers_complete(self) -> None:
         self.check_head()  # the [server] header limits (api/http_limits.py)
         gateway = self.config.app
-        operation = _FAST_URLS.get(self.url) if isinstance(gateway, GatewayApp) and gateway.fast_path else None
+        operation = _RAW_URLS.get(self.url) if isinstance(gateway, GatewayApp) else None
         if (
             operation is None
             or self.parser.get_method() != b"POST"
@@ -228,7 +183,7 @@ class KvgateHttpProtocol(LimitedHttpProtocol):
             keep_alive=http_version != "1.0" and self.parser.should_keep_alive(),
             on_response=self.on_response_complete,
         )
-        cycle.gateway = gateway
+        cycle.edge = gateway.edge
         cycle.operation = operation
         self.cycle = cycle
         if existing is None or existing.response_complete:
@@ -253,9 +208,12 @@ class KvgateHttpProtocol(LimitedHttpProtocol):
             cycle.client_left()
 
 
-def uvicorn_config(app: Any, **kwargs: Any) -> uvicorn.Config:
+def uvicorn_config(app: Any, *, raw_door: bool = True, **kwargs: Any) -> uvicorn.Config:
     """``uvicorn.Config(app, **kwargs)`` serving HTTP with :class:`KvgateHttpProtocol`.
 
+    ``raw_door=False``: uvicorn's httptools protocol with the same ``[server]`` limits
+    (:class:`~gateway.api.http_limits.LimitedHttpProtocol`) but no raw door, so inference comes in
+    by the ASGI door (tests and benchmarks compare the doors with it; both call the same edge).
     The idle keep-alive limit is ``server.keepalive_s`` of ``app``'s settings (uvicorn's
     ``timeout_keep_alive``) unless ``kwargs`` sets it; the other limits are read by the protocol
     (``api/http_limits.py``).
@@ -264,4 +222,4 @@ def uvicorn_config(app: Any, **kwargs: Any) -> uvicorn.Config:
         kwargs.setdefault("timeout_keep_alive", app.state.container.settings.server.keepalive_s)
     except AttributeError:
         pass
-    return uvicorn.Config(app, http=KvgateHttpProtocol, **kwargs)
+    return uvicorn.Config(app, http=KvgateHttpProtocol if raw_door else LimitedHttpProtocol, **kwargs)

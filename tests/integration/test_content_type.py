@@ -1,8 +1,8 @@
 """Content-Type on the inference routes: anything but ``application/json`` is a 415 (issue 16, item 6).
 
 Both doors are covered: the raw protocol's fast path (``gateway``, the shared fixture) and the
-ASGI path (``asgi_gateway``: the access log on switches the fast path off). A refused body never
-reaches the endpoint.
+ASGI path (``asgi_gateway``: inference by the ASGI door, with the access log on). A refused body
+never reaches the endpoint.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ def asgi_gateway(fake_a: FakeUpstream) -> Iterator[RunningGateway]:
             "server": {"access_log": True},
             "clusters": {"fast": {"endpoints": [{"name": "ct-a", "url": fake_a.base_url, "model": "qwen-served"}]}},
             "models": {"qwen-fast": {"cluster": "fast"}},
-        }
+        },
+        door="asgi",
     ).start()
-    assert running.app.fast_path is False
+    assert running.door == "asgi"
     yield running
     running.stop()
 

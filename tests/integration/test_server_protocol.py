@@ -10,8 +10,9 @@ httpx and the real ``openai`` SDK, and that the fast path was really taken (or n
 around ``InferenceCycle._serve`` counts the requests it served.
 
 The gateways of this module share the session's fake endpoint ``fake_a``; ``proto`` runs the
-default settings (fast path on), ``logged`` has the access log on and ``traced`` a tracer
-provider, which both switch the fast path off. Their answers must not differ.
+default settings, ``logged`` has the access log on and ``traced`` a tracer provider: all three
+serve inference by the raw door (the switches add effects, never a path), and ``asgi`` serves it
+by the ASGI door (``RunningGateway(door="asgi")``). Their answers must not differ.
 """
 
 from __future__ import annotations
@@ -66,8 +67,26 @@ def proto(fake_a: FakeUpstream) -> Iterator[RunningGateway]:
 
 
 @pytest.fixture(scope="module")
+def asgi(fake_a: FakeUpstream) -> Iterator[RunningGateway]:
+    """Default settings, inference by the ASGI door (``GatewayApp`` hands it to the same edge)."""
+    gateway = RunningGateway(
+        {
+            "server": {"max_body_bytes": LIMIT},
+            "upstream": SHORT_RETRY_WAIT,
+            **NEVER_EJECT,
+            "clusters": {"fast": {"endpoints": [{"name": ENDPOINT, "url": fake_a.base_url, "model": "qwen-served"}]}},
+            "models": {"qwen-fast": {"cluster": "fast"}},
+        },
+        door="asgi",
+        health_checks=False,
+    ).start()
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture(scope="module")
 def logged(fake_a: FakeUpstream) -> Iterator[RunningGateway]:
-    """The access log on: its middleware must see inference, so every request goes through ASGI."""
+    """The access log on: inference still by the raw door (the edge writes the line)."""
     gateway = _start(fake_a, server={"access_log": True})
     yield gateway
     gateway.stop()
@@ -75,7 +94,7 @@ def logged(fake_a: FakeUpstream) -> Iterator[RunningGateway]:
 
 @pytest.fixture(scope="module")
 def traced(fake_a: FakeUpstream) -> Iterator[RunningGateway]:
-    """Tracing on (an in-memory exporter): every request goes through ASGI."""
+    """Tracing on (an in-memory exporter): inference still by the raw door (the edge owns the span)."""
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
     gateway = _start(fake_a, tracer_provider=provider)
@@ -212,11 +231,17 @@ def _error(response: RawResponse | httpx.Response) -> dict[str, Any]:
 # --- which requests take the fast path, and that it answers the same ---------------------------
 
 
-def test_the_gateways_here_are_the_ones_the_tests_assume(proto: RunningGateway, logged: RunningGateway, traced: RunningGateway) -> None:
-    """The comparisons below mean nothing unless exactly ``proto`` has the fast path on."""
-    assert proto.app.fast_path is True
-    assert logged.app.fast_path is False
-    assert traced.app.fast_path is False
+def test_the_gateways_here_are_the_ones_the_tests_assume(
+    proto: RunningGateway, logged: RunningGateway, traced: RunningGateway, asgi: RunningGateway
+) -> None:
+    """The comparisons below mean nothing unless the gateways differ as their fixtures say.
+
+    (Before issue 18 the access log and tracing switched the fast path off: ``logged`` and
+    ``traced`` took the ASGI path. Now both switches keep the raw door; ``asgi`` is the ASGI door.)
+    """
+    assert (proto.door, logged.door, traced.door, asgi.door) == ("raw", "raw", "raw", "asgi")
+    assert logged.settings.server.access_log and not proto.settings.server.access_log
+    assert traced.app.state.container.ops.tracer is not None and proto.app.state.container.ops.tracer is None
 
 
 # (id, path, JSON body)
@@ -252,6 +277,7 @@ def test_fast_and_asgi_paths_give_the_same_answer(
     proto: RunningGateway,
     logged: RunningGateway,
     traced: RunningGateway,
+    asgi: RunningGateway,
     http: httpx.Client,
     fast_serves: list[str],
     path: str,
@@ -260,8 +286,8 @@ def test_fast_and_asgi_paths_give_the_same_answer(
     """The fast path replaces a generic path; a client must not be able to tell them apart.
 
     A query string keeps the request off :class:`InferenceCycle` (the protocol matches the raw
-    URL) and on ``GatewayApp``'s ASGI handler; the access log and tracing send it through the
-    whole middleware stack.
+    URL) and on ``GatewayApp``'s ASGI door, as does the ``asgi`` gateway; the access log and
+    tracing keep it on the raw door, with their effects.
     """
     headers = {"X-Request-Id": "same-id-1"}
     fast = _answer(http.post(proto.url + path, json=body, headers=headers))
@@ -272,10 +298,15 @@ def test_fast_and_asgi_paths_give_the_same_answer(
     if fast["status"] == 200:
         assert fast["kvgate"]["x-kvgate-endpoint"] == ENDPOINT
         assert fast["kvgate"]["x-kvgate-cluster"] == "fast"
-    for name, url in [("query", proto.url + path + "?via=asgi"), ("access-log", logged.url + path), ("tracing", traced.url + path)]:
+    others = [
+        ("query", proto.url + path + "?via=asgi"), ("asgi-door", asgi.url + path),
+        ("access-log", logged.url + path), ("tracing", traced.url + path),
+    ]
+    for name, url in others:
         other = _answer(http.post(url, json=body, headers=headers))
         assert other == fast, f"{name} answered differently"
-    assert fast_serves == [path], "a request that must go through ASGI took the fast path"
+    # the raw door: proto, then logged and traced (the switches never change the door); never the ASGI ones
+    assert fast_serves == [path] * 3, "a request took the wrong door"
 
 
 @pytest.mark.parametrize(

@@ -67,7 +67,8 @@ def test_admin_endpoints_masks_a_config_url_password() -> None:
 
 @pytest.fixture(scope="module", params=["raw-door", "asgi-door"])
 def doors(request: pytest.FixtureRequest) -> Iterator[RunningGateway]:
-    gateway = RunningGateway(_config(access_log=request.param == "asgi-door"), health_checks=False).start()
+    door = "raw" if request.param == "raw-door" else "asgi"
+    gateway = RunningGateway(_config(access_log=request.param == "asgi-door"), door=door, health_checks=False).start()
     yield gateway
     gateway.stop()
 

@@ -1,7 +1,7 @@
 """Request-head and idle-connection limits (issue 17, item 3), over raw sockets.
 
 Short limits (``[server]``) keep these to seconds. Each case runs through both doors: the raw
-inference door (``api/server.py``) and the ASGI app (taken when the access log is on). Every
+inference door (``api/server.py``) and the ASGI app (``RunningGateway(door="asgi")``, with the access log on). Every
 answer past a limit is OpenAI-shaped JSON with ``connection: close``, and the gateway closes.
 No test asserts a duration: each waits for the gateway's answer with a generous socket timeout.
 """
@@ -40,8 +40,8 @@ def limited(request: pytest.FixtureRequest, slow_fake: FakeUpstream) -> Iterator
         "clusters": {"pool": {"endpoints": [{"name": "slow", "url": slow_fake.base_url, "model": "m"}]}},
         "models": {"m": {"cluster": "pool"}},
     }
-    gateway = RunningGateway(data, health_checks=False).start()
-    assert gateway.app.fast_path is (request.param == "raw-door")
+    gateway = RunningGateway(data, door="raw" if request.param == "raw-door" else "asgi", health_checks=False).start()
+    assert gateway.door == ("raw" if request.param == "raw-door" else "asgi")
     yield gateway
     gateway.stop()
 

@@ -42,12 +42,18 @@ class RefusingPort:
 
 
 class RunningGateway:
-    """kvgate serving ``settings_data`` (a TOML-shaped dict) on a free loopback port."""
+    """kvgate serving ``settings_data`` (a TOML-shaped dict) on a free loopback port.
 
-    def __init__(self, settings_data: dict[str, Any], **app_kwargs: Any) -> None:
+    ``door``: ``"raw"`` (the protocol's raw inference door, as ``kvgate serve``) or ``"asgi"``
+    (inference through the ASGI app); both doors call the same edge.
+    """
+
+    def __init__(self, settings_data: dict[str, Any], *, door: str = "raw", **app_kwargs: Any) -> None:
+        assert door in ("raw", "asgi"), door
+        self.door = door
         self.settings = build_settings(settings_data)
         self.app = create_app(self.settings, **app_kwargs)
-        self.thread = ServerThread.uvicorn(self.app)
+        self.thread = ServerThread.uvicorn(self.app, raw_door=door == "raw")
 
     @property
     def port(self) -> int:

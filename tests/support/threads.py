@@ -34,10 +34,12 @@ class ServerThread:
         self.error: BaseException | None = None
 
     @classmethod
-    def uvicorn(cls, app: Any) -> ServerThread:
+    def uvicorn(cls, app: Any, *, raw_door: bool = True) -> ServerThread:
+        """Serve ``app`` with kvgate's own protocol (``raw_door=False``: inference by the ASGI door)."""
+
         async def serve(port: int, ready: asyncio.Event, stop: asyncio.Event) -> None:
             # kvgate's own protocol (gateway/api/server.py), as `kvgate serve` runs it
-            config = uvicorn_config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+            config = uvicorn_config(app, raw_door=raw_door, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
             server = uvicorn.Server(config)
             server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
             task = asyncio.create_task(server.serve())
