@@ -1,6 +1,9 @@
+"""The basic policies are built-in profiles of the one framework (``least-in-flight``, ``round-robin``)."""
+
 from gateway.endpoints.model import Endpoint, EndpointSpec, Health
 from gateway.protocol.openai import Operation, parse_request
-from gateway.scheduling.scheduler import SCHEDULERS, LeastInFlightScheduler, RoundRobinScheduler
+from gateway.config import BASIC_POLICIES as SCHEDULERS
+from tests.unit.gateway.scheduling.support import basic
 
 REQUEST = parse_request(Operation.COMPLETION, b'{"model": "m", "prompt": "x"}')
 
@@ -20,21 +23,21 @@ def names(ranked: list[Endpoint]) -> list[str]:
 
 
 def test_least_in_flight_orders_by_load_per_weight() -> None:
-    ranked = LeastInFlightScheduler().rank(endpoints(3, 0, 2), REQUEST)
+    ranked = basic("least-in-flight").rank(endpoints(3, 0, 2), REQUEST)
     assert names(ranked) == ["e1", "e2", "e0"]
-    weighted = LeastInFlightScheduler().rank(endpoints(4, 3, weights=(4.0, 1.0)), REQUEST)
+    weighted = basic("least-in-flight").rank(endpoints(4, 3, weights=(4.0, 1.0)), REQUEST)
     assert names(weighted) == ["e0", "e1"]
 
 
 def test_least_in_flight_rotates_ties() -> None:
-    scheduler = LeastInFlightScheduler()
+    scheduler = basic("least-in-flight")
     group = endpoints(0, 0, 0)
     firsts = [scheduler.rank(group, REQUEST)[0].name for _ in range(6)]
     assert sorted(set(firsts)) == ["e0", "e1", "e2"]
 
 
 def test_round_robin_rotates_regardless_of_load() -> None:
-    scheduler = RoundRobinScheduler()
+    scheduler = basic("round-robin")
     group = endpoints(9, 0, 0)
     assert [scheduler.rank(group, REQUEST)[0].name for _ in range(4)] == ["e0", "e1", "e2", "e0"]
 
@@ -42,10 +45,10 @@ def test_round_robin_rotates_regardless_of_load() -> None:
 def test_ejected_endpoints_go_last_but_stay_rankable() -> None:
     group = endpoints(0, 5)
     group[0].health = Health.UNHEALTHY
-    for scheduler in (LeastInFlightScheduler(), RoundRobinScheduler()):
+    for scheduler in (basic("least-in-flight"), basic("round-robin")):
         assert names(scheduler.rank(group, REQUEST)) == ["e1", "e0"]
     group[1].health = Health.UNHEALTHY
-    assert names(LeastInFlightScheduler().rank(group, REQUEST)) == ["e0", "e1"]
+    assert names(basic("least-in-flight").rank(group, REQUEST)) == ["e0", "e1"]
 
 
 def test_registry_names() -> None:
@@ -53,7 +56,7 @@ def test_registry_names() -> None:
 
 
 async def test_schedule_wraps_rank_in_a_decision() -> None:
-    decision = await LeastInFlightScheduler().schedule(endpoints(1, 0), REQUEST)
+    decision = await basic("least-in-flight").schedule(endpoints(1, 0), REQUEST)
     assert names(decision.ranked) == ["e1", "e0"]
     assert decision.breakdown == {}
 
@@ -61,5 +64,5 @@ async def test_schedule_wraps_rank_in_a_decision() -> None:
 def test_draining_endpoints_are_never_ranked() -> None:
     group = endpoints(0, 0)
     group[0].draining = True
-    for scheduler in (LeastInFlightScheduler(), RoundRobinScheduler()):
+    for scheduler in (basic("least-in-flight"), basic("round-robin")):
         assert names(scheduler.rank(group, REQUEST)) == ["e1"]
