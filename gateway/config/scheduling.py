@@ -131,7 +131,7 @@ class IndexSettings(_Section):
 class ScrapeSettings(_Section):
     """Background scraping of each endpoint's Prometheus ``/metrics``."""
 
-    enabled: bool = Field(True, description="Scrape while a profile policy is in use.")
+    enabled: bool = Field(True, description="Scrape while the profile runs the closed loop.")
     interval_s: float = Field(1.0, gt=0, description="Seconds between two scrapes of one endpoint.")
     timeout_s: float = Field(1.0, gt=0, description="Timeout of one scrape, seconds.")
     stale_after_s: float = Field(5.0, gt=0, description="Engine stats older than this are marked stale (neutral).")
@@ -167,10 +167,12 @@ class RoutingSettings(_Section):
 
     @model_validator(mode="after")
     def _unique_plugin_names(self) -> RoutingSettings:
-        seen = {plugin.ref for plugin in BUILTIN_PLUGINS}
+        builtin = {plugin.ref for plugin in BUILTIN_PLUGINS}
+        seen = set(builtin)
         for index, plugin in enumerate(self.plugins):
             if plugin.ref in seen:
-                raise ValueError(f"routing.plugins[{index}]: duplicate plugin name {plugin.ref!r}")
+                what = " (a built-in plugin)" if plugin.ref in builtin else ""
+                raise ValueError(f"routing.plugins[{index}]: duplicate plugin name {plugin.ref!r}{what}")
             seen.add(plugin.ref)
         return self
 

@@ -230,13 +230,13 @@ class ProfileScheduler:
     def __init__(
         self, name: str, profile: ProfileSettings, routing: RoutingSettings, deps: registry.PluginDeps, *,
         hasher: PromptHasher, board: StatsBoard, feedback: PrefixFeedback, metrics: RoutingMetrics,
-        clock: Callable[[], float],
+        clock: Callable[[], float], types: Mapping[str, registry.PluginType] = registry.PLUGINS,
     ) -> None:
         self.name = name
-        declared = registry.declare(routing.all_plugins())
+        declared = registry.declare(routing.all_plugins(), types)
 
         def built(ref: str, kind: registry.Kind) -> Any:
-            return registry.resolve(declared, ref, kind, name).make(deps)
+            return registry.resolve(declared, ref, kind, name, types).make(deps)
 
         self._producers: dict[str, DataProducer] = {ref: built(ref, "producer") for ref in profile.producers}
         self._filters: list[Filter] = [built(ref, "filter") for ref in profile.filters]

@@ -119,10 +119,12 @@ def _params_error(where: str, error: ValidationError) -> ConfigError:
     return ConfigError(f"{where}.params: {problems}")
 
 
-def _checked(where: str, name: str, type_name: str, params: Mapping[str, Any]) -> Plugin:
-    plugin_type = PLUGINS.get(type_name)
+def _checked(
+    where: str, name: str, type_name: str, params: Mapping[str, Any], types: Mapping[str, PluginType],
+) -> Plugin:
+    plugin_type = types.get(type_name)
     if plugin_type is None:
-        raise UnknownPluginError(f"{where}: unknown plugin type {type_name!r}; known: {', '.join(sorted(PLUGINS))}")
+        raise UnknownPluginError(f"{where}: unknown plugin type {type_name!r}; known: {', '.join(sorted(types))}")
     try:
         checked = plugin_type.params.model_validate(dict(params))
     except ValidationError as error:
@@ -130,25 +132,38 @@ def _checked(where: str, name: str, type_name: str, params: Mapping[str, Any]) -
     return Plugin(name, type_name, plugin_type.kind, checked, plugin_type.build)
 
 
-def declare(plugins: Iterable[PluginSettings]) -> dict[str, Plugin]:
-    """Declared plugins by name, each type and parameters checked (names are unique: config checks them)."""
+def declare(plugins: Iterable[PluginSettings], types: Mapping[str, PluginType] = PLUGINS) -> dict[str, Plugin]:
+    """Declared plugins by name, each type (in ``types``) and its parameters checked.
+
+    Raises:
+        UnknownPluginError: a type is not registered.
+        ConfigError: two plugins share a name, or parameters do not fit their type's model.
+    """
     declared: dict[str, Plugin] = {}
     for plugin in plugins:
         where = f"routing.plugins[{plugin.ref}]"
         if plugin.ref in declared:
             raise ConfigError(f"{where}: duplicate plugin name {plugin.ref!r}")
-        declared[plugin.ref] = _checked(where, plugin.ref, plugin.type, plugin.params)
+        declared[plugin.ref] = _checked(where, plugin.ref, plugin.type, plugin.params, types)
     return declared
 
 
-def resolve(declared: Mapping[str, Plugin], ref: str, kind: Kind, profile: str) -> Plugin:
-    """The plugin a profile calls ``ref`` in a ``kind`` slot: a declared name, else a type with defaults."""
+def resolve(
+    declared: Mapping[str, Plugin], ref: str, kind: Kind, profile: str, types: Mapping[str, PluginType] = PLUGINS,
+) -> Plugin:
+    """The plugin a profile calls ``ref`` in a ``kind`` slot: a declared name, else a type with defaults.
+
+    Raises:
+        UnknownPluginError: ``ref`` is neither, or names a plugin of another kind.
+    """
     plugin = declared.get(ref)
     if plugin is None:
-        if ref not in PLUGINS:
-            known = sorted({*(n for n, p in declared.items() if p.kind == kind), *_of_kind(kind)})
+        if ref not in types:
+            known = sorted(
+                {*(n for n, p in declared.items() if p.kind == kind), *(n for n, t in types.items() if t.kind == kind)}
+            )
             raise UnknownPluginError(f"routing.profiles.{profile}: unknown {kind} {ref!r}; known: {', '.join(known)}")
-        plugin = _checked(f"routing.profiles.{profile}", ref, ref, {})
+        plugin = _checked(f"routing.profiles.{profile}", ref, ref, {}, types)
     if plugin.kind != kind:
         raise UnknownPluginError(
             f"routing.profiles.{profile}: {ref!r} is a {plugin.kind} (type {plugin.type!r}), not a {kind}"

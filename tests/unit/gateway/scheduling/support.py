@@ -51,7 +51,7 @@ def chat(content: str, **fields: Any) -> InferenceRequest:
 
 
 def scheduler(name: str = "prefix-aware", profile: ProfileSettings | None = None, seed: int = 7,
-              **routing: Any) -> ProfileScheduler:
+              types: Any = None, **routing: Any) -> ProfileScheduler:
     """A profile scheduler over a memory store: the built-in profile ``name`` unless ``profile`` is given."""
     settings = RoutingSettings(**routing)
     store = MemoryStore()
@@ -60,6 +60,7 @@ def scheduler(name: str = "prefix-aware", profile: ProfileSettings | None = None
         name, settings.all_profiles()[name] if profile is None else profile, settings,
         PluginDeps(store, random.Random(seed)), hasher=PromptHasher(), board=StatsBoard(),
         feedback=PrefixFeedback(settings.index, store, metrics, 200.0), metrics=metrics, clock=time.perf_counter,
+        **({} if types is None else {"types": types}),
     )
 
 
