@@ -64,7 +64,7 @@ from gateway.state.base import StoreView
 
 
 def _clamped(scores: Sequence[float]) -> list[float]:
-    """Every score in [0, 1] (NaN counts as 0)."""
+    """Every score in [0, 1] (NaN counts as 0; a NaN is caught when it is a column's min, e.g. first)."""
     return [s if 0.0 <= s <= 1.0 else (1.0 if s > 1.0 else 0.0) for s in scores]
 
 
@@ -261,7 +261,8 @@ class ProfileScheduler:
         if not routable:
             return Decision(ejected)
         ctx = self._context(routable, request)
-        hints = await gather_hints(self._producers, ctx, routable, self._deadline, self._metrics)
+        producers = self._producers
+        hints = await gather_hints(producers, ctx, routable, self._deadline, self._metrics) if producers else Hints()
         candidates = self._candidates(routable, hints.state, ctx.key)
         first, ranked, filtered, scores = self._order(ctx, candidates)
         if ejected:
@@ -312,13 +313,17 @@ class ProfileScheduler:
         offset = 0.0  # the constant columns' share of every total
         for scorer_name, scorer, weight in self._scorers:
             scores = scorer.score(ctx, candidates)
-            if not 0.0 <= min(scores) <= max(scores) <= 1.0:  # the framework's bound, whatever the plugin
+            low = min(scores)
+            high = max(scores)
+            if not (0.0 <= low and high <= 1.0):  # the framework's bound, whatever the plugin returns
                 scores = _clamped(scores)
+                low = min(scores)
+                high = max(scores)
             columns.append((scorer_name, scores))
             if not weight:
                 continue
-            if scores.count(scores[0]) == count:  # a constant column cannot change the ranking
-                offset += weight * scores[0]
+            if low == high:  # a constant column cannot change the ranking
+                offset += weight * low
             else:
                 totals = list(map(add, totals, map(weight.__mul__, scores)))
         return columns, totals, offset
