@@ -1,12 +1,12 @@
 """The basic policies are built-in profiles of the one framework (``least-in-flight``, ``round-robin``)."""
 
-from gateway.endpoints.model import Endpoint, EndpointSpec, Health
-from gateway.protocol.openai import Operation, parse_request
 import random
 
 import pytest
 
 from gateway.config import BASIC_POLICIES as SCHEDULERS
+from gateway.endpoints.model import Endpoint, EndpointSpec, Health
+from gateway.protocol.openai import Operation, parse_request
 from tests.unit.gateway.scheduling.support import basic
 
 REQUEST = parse_request(Operation.COMPLETION, b'{"model": "m", "prompt": "x"}')
