@@ -225,7 +225,13 @@ def _split(endpoints: Sequence[Endpoint]) -> tuple[list[Endpoint], list[Endpoint
 
 
 class ProfileScheduler:
-    """Schedules with one profile (see the module docstring)."""
+    """Schedules with one profile (see the module docstring).
+
+    Plugins are resolved and built here, once (``routing.plugins`` plus the built-in ones, from
+    ``types``: the registry's :data:`~gateway.scheduling.registry.PLUGINS` unless a test or an
+    extension passes its own table). Raises :class:`~gateway.config.ConfigError` (an unknown
+    type or name, a plugin of the wrong kind, bad parameters), naming it.
+    """
 
     def __init__(
         self, name: str, profile: ProfileSettings, routing: RoutingSettings, deps: registry.PluginDeps, *,

@@ -122,3 +122,47 @@ def test_the_example_config_declares_plugins_that_build() -> None:
     for name, profile in routing.all_profiles().items():
         scheduler(name, profile, **routing.model_dump())
     assert {p.ref for p in routing.plugins} <= set(declared)
+
+
+class Typed:
+    """A producer that answers at once and writes its answer into the typed field."""
+
+    def __init__(self, fail_write: bool = False) -> None:
+        self.fail_write = fail_write
+
+    def produce_now(self, ctx: Context, endpoints: Sequence[Any]) -> Any:
+        return "view"
+
+    async def produce(self, ctx: Context, endpoints: Sequence[Any]) -> Any:
+        return "view"
+
+    def write(self, hints: Any, value: Any) -> None:
+        if self.fail_write:
+            raise RuntimeError("boom")
+        hints.state = value
+
+
+async def test_producers_write_typed_hints_and_a_failing_write_drops_only_its_hint() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from gateway.scheduling.metrics import RoutingMetrics
+    from gateway.scheduling.producers import gather_hints
+    from tests.unit.gateway.scheduling.support import context
+
+    metrics = RoutingMetrics(CollectorRegistry())
+    hints = await gather_hints({"good": Typed(), "bad": Typed(fail_write=True)}, context(), [endpoint("a")], 0.02, metrics)
+    assert hints.state == "view" and list(hints) == ["good"] and "bad" not in hints
+    assert metrics.producer_failures.labels("bad", "error")._value.get() == 1
+
+
+def test_the_basic_policies_keep_working_as_config_and_need_no_scraping() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from gateway.config import RoutingSettings, StateSettings
+    from gateway.scheduling.service import SchedulingService
+    from gateway.state.memory import MemoryStore
+
+    for policy, closed in (("least-in-flight", False), ("round-robin", False), ("prefix-aware", True)):
+        service = SchedulingService(RoutingSettings(policy=policy), StateSettings(), None,  # type: ignore[arg-type]
+                                    metrics_registry=CollectorRegistry(), store=MemoryStore())
+        assert service.scheduler.name == policy and service.uses_profile is closed
