@@ -7,6 +7,8 @@ modules named for their concept; this package re-exports every public name so ca
 
 from gateway.config.scheduling import (  # noqa: F401
     BASIC_POLICIES,
+    BUILTIN_PLUGINS,
+    PluginSettings,
     ProfileSettings,
     BUILTIN_PROFILES,
     HotSpotSettings,

@@ -2,24 +2,41 @@
 
 Imported by ``gateway/config/settings.py``; every key is documented in ``config.example.toml``.
 
-``[routing] policy`` names either a **profile** (``[routing.profiles.NAME]``: producers, filters,
-weighted scorers and one picker, each by its registered kebab-case name, see
-``scheduling/registry.py``) or a basic scheduler (``least-in-flight``, ``round-robin``). The built-in
-profile ``prefix-aware`` is the default; a profile of the same name in the config replaces it.
-Names and weights are checked against the registry when the app is built.
+``[routing] policy`` names a **profile** (``[routing.profiles.NAME]``: producers, filters, weighted
+scorers and one picker). A profile refers to each plugin by **name**: a plugin declared in
+``[[routing.plugins]]`` (``type``, ``name``, ``params``: llm-d's ``TypedName`` plus parameters), or
+a registered plugin type used directly with its default parameters (``scheduling/registry.py``).
+Built-in profiles: ``prefix-aware`` (the default), ``least-in-flight`` and ``round-robin`` (the
+basic policies: the same framework, fewer plugins); a profile of the same name in the config
+replaces one. Plugin types, kinds and parameters are checked against the registry when the app is
+built (a :class:`~gateway.config.settings.ConfigError` naming the bad one); names here.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 BASIC_POLICIES = ("least-in-flight", "round-robin")
+"""The built-in profiles that rank on in-flight counts and rotation only (no closed loop)."""
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PluginSettings(_Section):
+    """One declared plugin (``[[routing.plugins]]``): a registered type, a name, its parameters."""
+
+    type: str = Field(description="A registered plugin type (scheduling/registry.py), e.g. queue.")
+    name: str | None = Field(None, description="What profiles call it; defaults to the type.")
+    params: dict[str, Any] = Field(default_factory=dict, description="The type's parameters (checked at build).")
+
+    @property
+    def ref(self) -> str:
+        """The name profiles refer to it by."""
+        return self.name or self.type
 
 
 class ProfileSettings(_Section):
@@ -37,6 +54,10 @@ class ProfileSettings(_Section):
         description="Scorer name -> weight (>= 0); each scorer returns [0, 1].",
     )
     picker: str = Field("max-score", description="Picker that ranks the survivors.")
+    closed_loop: bool = Field(
+        True, description="Hash the prompt, record its prefix blocks where it went, learn from reported usage, "
+        "scrape engine stats and keep the per-scorer breakdown. The basic profiles turn it off.",
+    )
 
     @field_validator("scorers")
     @classmethod
@@ -47,7 +68,20 @@ class ProfileSettings(_Section):
         return value
 
 
-BUILTIN_PROFILES: dict[str, ProfileSettings] = {"prefix-aware": ProfileSettings()}
+BUILTIN_PLUGINS: tuple[PluginSettings, ...] = (
+    PluginSettings(type="max-score", name="rotating", params={"ties": "rotate"}),
+)
+"""Plugins every config has; a declared plugin may not take one of their names."""
+
+BUILTIN_PROFILES: dict[str, ProfileSettings] = {
+    # fewest in-flight requests per unit of weight first, ties in rotating order
+    "least-in-flight": ProfileSettings(
+        producers=[], filters=[], scorers={"in-flight": 1.0}, picker="rotating", closed_loop=False,
+    ),
+    # rotating order, load ignored
+    "round-robin": ProfileSettings(producers=[], filters=[], scorers={}, picker="rotating", closed_loop=False),
+    "prefix-aware": ProfileSettings(),
+}
 
 
 class HotSpotSettings(_Section):
@@ -97,7 +131,7 @@ class IndexSettings(_Section):
 class ScrapeSettings(_Section):
     """Background scraping of each endpoint's Prometheus ``/metrics``."""
 
-    enabled: bool = Field(True, description="Scrape while a profile policy is in use.")
+    enabled: bool = Field(True, description="Scrape while the profile runs the closed loop.")
     interval_s: float = Field(1.0, gt=0, description="Seconds between two scrapes of one endpoint.")
     timeout_s: float = Field(1.0, gt=0, description="Timeout of one scrape, seconds.")
     stale_after_s: float = Field(5.0, gt=0, description="Engine stats older than this are marked stale (neutral).")
@@ -113,7 +147,8 @@ class KvEventsSettings(_Section):
 class RoutingSettings(_Section):
     """How an endpoint is chosen inside a cluster (the scheduling seam; see gateway/scheduling/)."""
 
-    policy: str = Field("prefix-aware", description="A profile name or a basic policy (least-in-flight, round-robin).")
+    policy: str = Field("prefix-aware", description="A profile name (built-in: prefix-aware, least-in-flight, round-robin).")
+    plugins: list[PluginSettings] = Field(default_factory=list, description="Declared plugins (type, name, params).")
     profiles: dict[str, ProfileSettings] = Field(default_factory=dict, description="Profiles by name.")
     producer_deadline_ms: float = Field(
         10.0, gt=0, description="A producer that has not answered after this drops its hint."
@@ -125,10 +160,25 @@ class RoutingSettings(_Section):
 
     @model_validator(mode="after")
     def _known_policy(self) -> RoutingSettings:
-        if self.policy not in BASIC_POLICIES and self.policy not in self.all_profiles():
-            known = ", ".join([*BASIC_POLICIES, *self.all_profiles()])
+        if self.policy not in self.all_profiles():
+            known = ", ".join(self.all_profiles())
             raise ValueError(f"routing.policy: unknown policy {self.policy!r}; known: {known}")
         return self
+
+    @model_validator(mode="after")
+    def _unique_plugin_names(self) -> RoutingSettings:
+        builtin = {plugin.ref for plugin in BUILTIN_PLUGINS}
+        seen = set(builtin)
+        for index, plugin in enumerate(self.plugins):
+            if plugin.ref in seen:
+                what = " (a built-in plugin)" if plugin.ref in builtin else ""
+                raise ValueError(f"routing.plugins[{index}]: duplicate plugin name {plugin.ref!r}{what}")
+            seen.add(plugin.ref)
+        return self
+
+    def all_plugins(self) -> tuple[PluginSettings, ...]:
+        """Built-in plugins, then the declared ones (names are unique)."""
+        return (*BUILTIN_PLUGINS, *self.plugins)
 
     def all_profiles(self) -> dict[str, ProfileSettings]:
         """Built-in profiles overridden by configured ones."""

@@ -23,12 +23,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gateway.config import HotSpotSettings
 from gateway.endpoints.model import Endpoint
 from gateway.prefix.hashing import PrefixKey
-from gateway.config import HotSpotSettings
 from gateway.scheduling.filters import loaded
-from gateway.scheduling.types import Candidate
-from gateway.state.base import StoreView
+from gateway.scheduling.types import Candidate, Hints
 
 
 def endpoint_row(
@@ -62,7 +61,7 @@ class DecisionRecord:
 
     def __init__(
         self, profile: str, cluster: str, ranked: Sequence[Endpoint], candidates: Sequence[Candidate],
-        scores: Any, filtered: Sequence[str], hints: Mapping[str, Any], key: PrefixKey, feedback: Any,
+        scores: Any, filtered: Sequence[str], hints: Hints, key: PrefixKey, feedback: Any,
         predicted_cached: int | None, hot_spot: HotSpotSettings,
     ) -> None:
         self.profile = profile
@@ -99,7 +98,7 @@ class DecisionRecord:
                 name in self.filtered, None if c is None else self._predicted(c, chosen), self.hot_spot,
             ))
         length, blocks, block_bytes, affinity = self.prompt
-        state = self.hints.get("state")
+        state = self.hints.state
         return {
             "profile": self.profile,
             "cluster": self.cluster,
@@ -107,6 +106,6 @@ class DecisionRecord:
             "ranked": [e.spec.name for e in self.ranked],
             "prompt": {"bytes": length, "blocks": blocks, "block_bytes": block_bytes, "affinity_key": affinity},
             "hints": sorted(self.hints),
-            "state_degraded": bool(state.degraded) if isinstance(state, StoreView) else None,
+            "state_degraded": None if state is None else bool(state.degraded),
             "endpoints": endpoints,
         }

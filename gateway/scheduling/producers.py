@@ -12,6 +12,9 @@ answering :data:`PENDING`, run concurrently, each under ``routing.producer_deadl
 **drops its hint**: the request is scheduled without it (for ``state``: no prefix match, local
 in-flight counts) and ``kvgate_routing_producer_failures_total{producer, reason}`` counts it. A
 request is never failed by a producer.
+
+:func:`gather_hints` is what a profile calls: the runner's answers, each written by its producer
+into its typed field of :class:`~gateway.scheduling.types.Hints`.
 """
 
 from __future__ import annotations
@@ -24,17 +27,20 @@ from typing import Any
 from gateway.deadlines import deadline
 from gateway.endpoints.model import Endpoint
 from gateway.observability.metrics import RoutingMetrics
-from gateway.scheduling.types import PENDING, Context, DataProducer
+from gateway.scheduling.types import PENDING, Context, DataProducer, Hints
 from gateway.state.base import StateStore, StoreView
 
 log = logging.getLogger("kvgate.routing")
 
 
 class StateProducer:
-    """The ``state`` hint: a :class:`~gateway.state.base.StoreView`."""
+    """The ``state`` hint: a :class:`~gateway.state.base.StoreView` (``Hints.state``)."""
 
     def __init__(self, store: StateStore) -> None:
         self._store = store
+
+    def write(self, hints: Hints, value: StoreView) -> None:
+        hints.state = value
 
     def produce_now(self, ctx: Context, endpoints: Sequence[Endpoint]) -> Any:
         view = self._store.peek([e.spec.name for e in endpoints], ctx.key)
@@ -92,4 +98,22 @@ async def run_producers(
     else:
         results = await asyncio.gather(*(_guarded(n, p, ctx, endpoints, deadline_s, metrics) for n, p in waiting))
     hints.update((name, value) for name, value in results if value is not None)
+    return hints
+
+
+async def gather_hints(
+    producers: Mapping[str, DataProducer], ctx: Context, endpoints: Sequence[Endpoint], deadline_s: float,
+    metrics: RoutingMetrics,
+) -> Hints:
+    """The typed hints of one request: :func:`run_producers`, each answer written by its producer."""
+    hints = Hints()
+    if not producers:
+        return hints
+    for name, value in (await run_producers(producers, ctx, endpoints, deadline_s, metrics)).items():
+        try:
+            producers[name].write(hints, value)
+        except Exception as error:  # a producer must never fail the request
+            _failed(name, error, metrics)
+            continue
+        hints.answered(name)
     return hints

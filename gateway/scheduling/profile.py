@@ -1,23 +1,31 @@
 """The profile scheduler: producers -> candidates -> filters -> weighted scorers -> picker.
 
-A profile (``[routing.profiles.NAME]``) names its plugins from ``scheduling/registry.py``. For one
-request, :meth:`ProfileScheduler.schedule`:
+A profile (``[routing.profiles.NAME]``) names its plugins; ``scheduling/registry.py`` resolves each
+name (a declared ``[[routing.plugins]]`` entry or a type with default parameters) and builds the
+plugin once, here. Every policy is a profile: ``least-in-flight`` (the ``in-flight`` scorer, ties
+in rotating order) and ``round-robin`` (no scorer, rotating order) are built-in profiles with
+``closed_loop = false``: the prompt is not hashed, the decision keeps only its ranking (commit and
+observe do nothing, no breakdown), as their dedicated schedulers did. For one request,
+:meth:`ProfileScheduler.schedule`:
 
 1. splits the cluster's endpoints into routable ones (scored) and ejected ones (appended last,
    unscored, so a cluster whose endpoints all failed checks is still tried); draining ones drop;
-2. hashes the prompt (``gateway/prefix/hashing.py``) for the cluster's served model;
-3. runs the producers under the deadline (``scheduling/producers.py``); a missing hint just leaves
-   its fields at their defaults;
+2. hashes the prompt (``gateway/prefix/hashing.py``) for the cluster's served model (closed loop
+   only);
+3. runs the producers under the deadline (``scheduling/producers.py``); each answer lands in its
+   typed field of :class:`~gateway.scheduling.types.Hints`, a missing one leaves its default;
 4. builds one :class:`~gateway.scheduling.types.Candidate` per routable endpoint: index match (or
    the match with a prompt still being prefilled there, ``scheduling/prefill.py``, if longer) and
    affinity, cluster-wide in-flight (this replica live + other replicas from the store), engine
    stats unless stale, latency EWMA, recent assignments and prefill in flight from the closed loop;
-5. scores **every** candidate with every weighted scorer (the breakdown), runs the filters in
-   order (one that would empty the set is ignored) and lets the picker rank the survivors by
-   ``sum(weight * score)``; filtered-out candidates follow, best total first (failover order).
-   With a single routable candidate there is nothing to rank or filter: it is chosen at once and
-   the scores are computed only if the decision is read (explain, tracing): the same numbers,
-   ~9 us less per request on a one-endpoint cluster (``bench/gateway_path.py --endpoints 1``).
+5. scores **every** candidate with every weighted scorer (the breakdown; the framework clamps
+   each score to [0, 1]), runs the filters in order (one that would empty the set is ignored)
+   and lets the picker rank the survivors by ``sum(weight * score)``; filtered-out candidates
+   follow, best total first (failover order). With a single routable candidate there is nothing
+   to rank or filter: it is chosen at once (the picker still sees the decision, so a rotation
+   advances) and the scores are computed only if the decision is read (explain, tracing): the
+   same numbers, ~9 us less per request on a one-endpoint cluster (``bench/gateway_path.py
+   --endpoints 1``).
 
 The :class:`ProfileDecision` it returns records the prompt's blocks for the chosen endpoint on
 ``commit`` and feeds the closed loop on ``observe``; ``explain()`` is what
@@ -39,31 +47,29 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from operator import add
 from typing import Any
 
+from gateway.config import ProfileSettings, RoutingSettings
 from gateway.endpoints.model import Endpoint
 from gateway.endpoints.stats import StatsBoard
 from gateway.prefix.hashing import PrefixKey, PromptHasher
 from gateway.protocol.openai import InferenceRequest
 from gateway.scheduling import registry
-from gateway.config import ProfileSettings, RoutingSettings
 from gateway.scheduling.decision_record import DecisionRecord, endpoint_row
 from gateway.scheduling.feedback import PrefixFeedback
 from gateway.observability.metrics import RoutingMetrics
-from gateway.scheduling.producers import run_producers
+from gateway.scheduling.producers import gather_hints
+from gateway.scheduling.registry import UnknownPluginError  # noqa: F401  (re-exported: profiles raise it)
 from gateway.scheduling.scheduler import Decision
-from gateway.scheduling.types import Candidate, Context
-from gateway.state.base import StateStore, StoreView
+from gateway.scheduling.types import Candidate, Context, DataProducer, Filter, Hints, Picker, Scorer
+from gateway.state.base import StoreView
 
 
-class UnknownPluginError(ValueError):
-    """A profile names a plugin that is not registered."""
+def _clamped(scores: Sequence[float]) -> list[float]:
+    """Every score in [0, 1] (NaN counts as 0; a NaN is caught when it is a column's min, e.g. first)."""
+    return [s if 0.0 <= s <= 1.0 else (1.0 if s > 1.0 else 0.0) for s in scores]
 
 
-def _lookup(kind: str, table: Mapping[str, Any], name: str, profile: str) -> Any:
-    if name not in table:
-        raise UnknownPluginError(
-            f"routing.profiles.{profile}: unknown {kind} {name!r}; known: {', '.join(sorted(table))}"
-        )
-    return table[name]
+_LONE = (0.0,)
+"""The totals a picker sees for a lone candidate (chosen unscored)."""
 
 
 Scores = tuple[list[tuple[str, Sequence[float]]], list[float], float]
@@ -116,7 +122,7 @@ class ProfileDecision(Decision):
     def __init__(
         self, owner: ProfileScheduler, ranked: list[Endpoint], key: PrefixKey, candidates: Sequence[Candidate],
         scores: Scores | Callable[[], Scores], filtered: Sequence[str],
-        hints: Mapping[str, Any], cluster: str, first: Candidate,
+        hints: Hints, cluster: str, first: Candidate,
     ) -> None:
         self.ranked = ranked
         self.breakdown = _Breakdown(candidates, scores)
@@ -166,8 +172,8 @@ class ProfileDecision(Decision):
         self._feedback.prefill.settle(self._ticket)
         name = endpoint.spec.name
         candidate = next((c for c in self._candidates if c.name == name), None)
-        state = self.hints.get("state")
-        indexed = state.matched.get(name, 0) if isinstance(state, StoreView) else 0
+        state = self.hints.state
+        indexed = 0 if state is None else state.matched.get(name, 0)
         # the closed loop judges the index; a match with a prompt still prefilling at scheduling
         # time may or may not have been cached when the engine admitted this one: not judged
         judge = candidate is None or candidate.matched <= indexed
@@ -183,7 +189,7 @@ class ProfileDecision(Decision):
     def explain(self) -> dict[str, Any]:
         """The decision as JSON-ready data (admin explain route: nothing is sent, nothing stays pending)."""
         self._feedback.prefill.settle(self._ticket)
-        state = self.hints.get("state")
+        state = self.hints.state
         candidates = self.candidates
         totals = self.totals
         endpoints = []
@@ -201,28 +207,55 @@ class ProfileDecision(Decision):
             "prompt": {"bytes": self.key.length, "blocks": len(self.key.blocks), "block_bytes": self.key.block_bytes,
                        "affinity_key": self.key.affinity is not None},
             "hints": sorted(self.hints),
-            "state_degraded": bool(state.degraded) if isinstance(state, StoreView) else None,
+            "state_degraded": None if state is None else bool(state.degraded),
             "endpoints": endpoints,
         }
 
 
+def _split(endpoints: Sequence[Endpoint]) -> tuple[list[Endpoint], list[Endpoint]]:
+    """(routable, ejected) in one pass; draining endpoints are in neither: they take no new requests."""
+    routable: list[Endpoint] = []
+    ejected: list[Endpoint] = []
+    for endpoint in endpoints:
+        if endpoint.routable:
+            routable.append(endpoint)
+        elif not endpoint.draining:
+            ejected.append(endpoint)
+    return routable, ejected
+
+
 class ProfileScheduler:
-    """Schedules with one profile (see the module docstring)."""
+    """Schedules with one profile (see the module docstring).
+
+    Plugins are resolved and built here, once (``routing.plugins`` plus the built-in ones, from
+    ``types``: the registry's :data:`~gateway.scheduling.registry.PLUGINS` unless a test or an
+    extension passes its own table). Raises :class:`~gateway.config.ConfigError` (an unknown
+    type or name, a plugin of the wrong kind, bad parameters), naming it.
+    """
 
     def __init__(
         self, name: str, profile: ProfileSettings, routing: RoutingSettings, deps: registry.PluginDeps, *,
         hasher: PromptHasher, board: StatsBoard, feedback: PrefixFeedback, metrics: RoutingMetrics,
-        clock: Callable[[], float],
+        clock: Callable[[], float], types: Mapping[str, registry.PluginType] = registry.PLUGINS,
     ) -> None:
         self.name = name
-        self._producers = {n: _lookup("producer", registry.PRODUCERS, n, name)(deps) for n in profile.producers}
-        self._filters = [_lookup("filter", registry.FILTERS, n, name)(deps) for n in profile.filters]
-        self._scorers = [(n, _lookup("scorer", registry.SCORERS, n, name)(deps), w) for n, w in profile.scorers.items()]
-        self._picker = _lookup("picker", registry.PICKERS, profile.picker, name)(deps)
+        declared = registry.declare(routing.all_plugins(), types)
+
+        def built(ref: str, kind: registry.Kind) -> Any:
+            return registry.resolve(declared, ref, kind, name, types).make(deps)
+
+        self._producers: dict[str, DataProducer] = {ref: built(ref, "producer") for ref in profile.producers}
+        self._filters: list[Filter] = [built(ref, "filter") for ref in profile.filters]
+        self._scorers: list[tuple[str, Scorer, float]] = [
+            (ref, built(ref, "scorer"), weight) for ref, weight in profile.scorers.items()
+        ]
+        self._picker: Picker = built(profile.picker, "picker")
+        self.closed_loop = profile.closed_loop
         self.hot_spot = routing.hot_spot
         self._deadline = routing.producer_deadline_ms / 1000
         self._stale_after = routing.scrape.stale_after_s
         self._hasher = hasher
+        self._no_key = PrefixKey((), None, 0, routing.index.block_bytes)  # what an open-loop profile hashes
         self._board = board
         self.feedback = feedback
         self._metrics = metrics
@@ -230,27 +263,43 @@ class ProfileScheduler:
         self.clock = clock
 
     async def schedule(self, endpoints: Sequence[Endpoint], request: InferenceRequest) -> Decision:
-        routable: list[Endpoint] = []
-        ejected: list[Endpoint] = []
-        for endpoint in endpoints:
-            if endpoint.routable:
-                routable.append(endpoint)
-            elif not endpoint.draining:
-                ejected.append(endpoint)
+        routable, ejected = _split(endpoints)
         if not routable:
             return Decision(ejected)
+        ctx = self._context(routable, request)
+        producers = self._producers
+        hints = await gather_hints(producers, ctx, routable, self._deadline, self._metrics) if producers else Hints()
+        candidates = self._candidates(routable, hints.state, ctx.key)
+        first, ranked, filtered, scores = self._order(ctx, candidates)
+        if ejected:
+            ranked += ejected
+        if not self.closed_loop:
+            return Decision(ranked)
+        return ProfileDecision(self, ranked, ctx.key, candidates, scores, filtered, hints, ctx.cluster, first)
+
+    def rank(self, endpoints: Sequence[Endpoint], request: InferenceRequest) -> list[Endpoint]:
+        """The ranking ``schedule`` gives when no producer answers: synchronous, nothing recorded."""
+        routable, ejected = _split(endpoints)
+        if not routable:
+            return ejected
+        ctx = self._context(routable, request)
+        ranked = self._order(ctx, self._candidates(routable, None, ctx.key))[1]
+        return ranked + ejected
+
+    def _context(self, routable: Sequence[Endpoint], request: InferenceRequest) -> Context:
         spec = routable[0].spec
-        key = self._hasher.key(request, spec.served_model)
-        ctx = Context(spec.cluster, request, key, self.hot_spot)
-        hints = await run_producers(self._producers, ctx, routable, self._deadline, self._metrics)
-        candidates = self._candidates(routable, hints.get("state"), key)
+        key = self._hasher.key(request, spec.served_model) if self.closed_loop else self._no_key
+        return Context(spec.cluster, request, key, self.hot_spot)
+
+    def _order(
+        self, ctx: Context, candidates: list[Candidate],
+    ) -> tuple[Candidate, list[Endpoint], list[str], Scores | Callable[[], Scores]]:
+        """(first, ranked routable endpoints, filtered-out names, the scores or what computes them)."""
         count = len(candidates)
         if count == 1:  # nothing to rank or filter: the scores are computed only if they are read
+            self._picker.pick(ctx, candidates, _LONE)  # the picker sees every decision (a rotation advances)
             first = candidates[0]
-            return ProfileDecision(
-                self, [first.endpoint, *ejected], key, candidates, lambda: self._score(ctx, candidates), [], hints,
-                spec.cluster, first,
-            )
+            return first, [first.endpoint], [], lambda: self._score(ctx, candidates)
         scores = self._score(ctx, candidates)
         totals = scores[1]
         survivors = candidates
@@ -258,14 +307,9 @@ class ProfileScheduler:
             survivors = flt.filter(ctx, survivors) or survivors
         if len(survivors) == count:  # the usual case: nothing filtered out
             order = self._picker.pick(ctx, candidates, totals)
-            first = candidates[order[0]]
-            ranked = [candidates[i].endpoint for i in order]
-            filtered: list[str] = []
-        else:
-            first, ranked, filtered = self._rank_filtered(ctx, candidates, survivors, totals)
-        if ejected:
-            ranked += ejected
-        return ProfileDecision(self, ranked, key, candidates, scores, filtered, hints, spec.cluster, first)
+            return candidates[order[0]], [candidates[i].endpoint for i in order], [], scores
+        first, ranked, filtered = self._rank_filtered(ctx, candidates, survivors, totals)
+        return first, ranked, filtered, scores
 
     def _score(self, ctx: Context, candidates: list[Candidate]) -> Scores:
         """Every scorer's column; weighted totals summed per column (a constant column goes to the offset)."""
@@ -275,11 +319,17 @@ class ProfileScheduler:
         offset = 0.0  # the constant columns' share of every total
         for scorer_name, scorer, weight in self._scorers:
             scores = scorer.score(ctx, candidates)
+            low = min(scores)
+            high = max(scores)
+            if not (0.0 <= low and high <= 1.0):  # the framework's bound, whatever the plugin returns
+                scores = _clamped(scores)
+                low = min(scores)
+                high = max(scores)
             columns.append((scorer_name, scores))
             if not weight:
                 continue
-            if scores.count(scores[0]) == count:  # a constant column cannot change the ranking
-                offset += weight * scores[0]
+            if low == high:  # a constant column cannot change the ranking
+                offset += weight * low
             else:
                 totals = list(map(add, totals, map(weight.__mul__, scores)))
         return columns, totals, offset

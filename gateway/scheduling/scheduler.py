@@ -1,4 +1,4 @@
-"""Endpoint scheduling inside a cluster: the seam and the two basic policies.
+"""Endpoint scheduling inside a cluster: the seam (:class:`Scheduler`) and what it returns (:class:`Decision`).
 
 A :class:`Scheduler` turns a cluster's endpoints and one request into a :class:`Decision`: the
 endpoints ranked best first (the attempt loop in ``proxy.py`` tries them in that order), an
@@ -6,13 +6,12 @@ optional per-endpoint score breakdown, and two callbacks: ``commit(endpoint)`` o
 has accepted the request (e.g. record the prompt's prefix blocks for it) and
 ``observe(endpoint, usage)`` when the answer's usage is known (e.g. compare predicted with
 reported ``cached_tokens``). ``schedule`` may await (data producers with a deadline); ranking
-itself stays pure. Policies are registered by kebab-case name in :data:`SCHEDULERS`, which
-``[routing] policy`` selects.
+itself stays pure.
 
-Policies:
-    ``least-in-flight``: routable endpoints ordered by ``in_flight / weight``; ties rotate so
-        that an idle cluster still spreads requests.
-    ``round-robin``: routable endpoints in rotating order, ignoring load.
+There is one implementation, :class:`~gateway.scheduling.profile.ProfileScheduler`: every policy
+``[routing] policy`` names is a profile, the basic ``least-in-flight`` and ``round-robin`` included
+(``gateway/config/scheduling.py``: ``BUILTIN_PROFILES``). Its plain :class:`Decision` (ranking only,
+commit and observe do nothing) is what those open-loop profiles return.
 
 Unhealthy (ejected) endpoints are ranked only when nothing else is left, so a cluster whose
 endpoints all failed their checks is still tried rather than refused outright.
@@ -20,7 +19,7 @@ endpoints all failed their checks is still tried rather than refused outright.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -51,57 +50,3 @@ class Scheduler(Protocol):
     """Schedules one request over a cluster's endpoints."""
 
     async def schedule(self, endpoints: Sequence[Endpoint], request: InferenceRequest) -> Decision: ...
-
-
-class _Ranking:
-    """Adapts a pure ``rank`` function to the :class:`Scheduler` protocol."""
-
-    def rank(self, endpoints: Sequence[Endpoint], request: InferenceRequest) -> list[Endpoint]:
-        raise NotImplementedError
-
-    async def schedule(self, endpoints: Sequence[Endpoint], request: InferenceRequest) -> Decision:
-        return Decision(self.rank(endpoints, request))
-
-
-def _split(endpoints: Sequence[Endpoint]) -> tuple[list[Endpoint], list[Endpoint]]:
-    """(routable, ejected); draining endpoints are in neither: they take no new requests."""
-    routable = [endpoint for endpoint in endpoints if endpoint.routable]
-    ejected = [endpoint for endpoint in endpoints if not endpoint.routable and not endpoint.draining]
-    return routable, ejected
-
-
-class RoundRobinScheduler(_Ranking):
-    """Rotates through routable endpoints; ejected ones go last."""
-
-    def __init__(self) -> None:
-        self._turn = 0
-
-    def rank(self, endpoints: Sequence[Endpoint], request: InferenceRequest) -> list[Endpoint]:
-        routable, ejected = _split(endpoints)
-        if routable:
-            start = self._turn % len(routable)
-            self._turn += 1
-            routable = routable[start:] + routable[:start]
-        return routable + ejected
-
-
-class LeastInFlightScheduler(_Ranking):
-    """Fewest in-flight requests per unit of weight first; ties broken by rotation."""
-
-    def __init__(self) -> None:
-        self._turn = 0
-
-    def rank(self, endpoints: Sequence[Endpoint], request: InferenceRequest) -> list[Endpoint]:
-        routable, ejected = _split(endpoints)
-        count = len(routable) or 1
-        offset = self._turn
-        self._turn += 1
-        order = {id(endpoint): (index - offset) % count for index, endpoint in enumerate(routable)}
-        routable.sort(key=lambda endpoint: (endpoint.in_flight / endpoint.spec.weight, order[id(endpoint)]))
-        return routable + ejected
-
-
-SCHEDULERS: dict[str, Callable[[], Scheduler]] = {
-    "least-in-flight": LeastInFlightScheduler,
-    "round-robin": RoundRobinScheduler,
-}

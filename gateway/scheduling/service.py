@@ -1,11 +1,11 @@
-"""[io] Routing's part of the app: builds the scheduler and its collaborators, runs their loops.
+"""[io] Scheduling's part of the app: builds the scheduler and its collaborators, runs their loops.
 
-``create_app`` builds one :class:`RoutingRuntime` from the settings: the state store
-(``[state] backend``), the stats board, the closed loop, the prompt hasher and the scheduler for
-``[routing] policy`` (a profile -> :class:`~gateway.scheduling.profile.ProfileScheduler`, a basic
-policy -> :data:`~gateway.scheduling.scheduler.SCHEDULERS`). The lifespan calls :meth:`start`
-(state store background tasks, the metrics scraper loop when a profile is in use) and
-:meth:`stop`.
+``create_app`` builds one :class:`SchedulingService` from the settings: the state store
+(``[state] backend``), the stats board, the closed loop, the prompt hasher and the
+:class:`~gateway.scheduling.profile.ProfileScheduler` of the profile ``[routing] policy`` names
+(every policy is a profile, the basic ones included). The lifespan calls :meth:`start` (state
+store background tasks, the metrics scraper loop when the profile runs the closed loop) and
+:meth:`stop`. ``RoutingRuntime`` is its former name, kept as an alias for one release.
 """
 
 from __future__ import annotations
@@ -24,12 +24,11 @@ from gateway.endpoints.allowlist import ConnectGuard
 from gateway.endpoints.scraper import AiohttpFetch, Fetch, MetricsScraper
 from gateway.endpoints.stats import Scrape, StatsBoard
 from gateway.prefix.hashing import PromptHasher
-from gateway.config import BASIC_POLICIES, RoutingSettings, StateSettings
+from gateway.config import RoutingSettings, StateSettings
 from gateway.scheduling.feedback import PrefixFeedback
 from gateway.observability.metrics import RoutingMetrics
 from gateway.scheduling.profile import ProfileScheduler
 from gateway.scheduling.registry import PluginDeps
-from gateway.scheduling.scheduler import SCHEDULERS, Scheduler
 from gateway.state.base import StateStore
 from gateway.state.memory import MemoryStore
 from gateway.state.redis import RedisStore
@@ -46,7 +45,7 @@ def build_store(settings: StateSettings, registry: EndpointRegistry, metrics: Ro
     return MemoryStore()
 
 
-class RoutingRuntime:
+class SchedulingService:
     """Everything endpoint scheduling holds for one app."""
 
     def __init__(
@@ -67,19 +66,16 @@ class RoutingRuntime:
         self._guard = guard  # admin.allowed_networks on the scraper's connections
         self._owned_fetch: AiohttpFetch | None = None
         self._task: asyncio.Task[None] | None = None
-        self.scheduler: Scheduler
-        if routing.policy in BASIC_POLICIES:
-            self.scheduler = SCHEDULERS[routing.policy]()
-        else:
-            deps = PluginDeps(self.store, rng or random.Random())
-            self.scheduler = ProfileScheduler(
-                routing.policy, routing.all_profiles()[routing.policy], routing, deps, hasher=self.hasher,
-                board=self.board, feedback=self.feedback, metrics=self.metrics, clock=clock,
-            )
+        deps = PluginDeps(self.store, rng or random.Random())
+        self.scheduler = ProfileScheduler(
+            routing.policy, routing.all_profiles()[routing.policy], routing, deps, hasher=self.hasher,
+            board=self.board, feedback=self.feedback, metrics=self.metrics, clock=clock,
+        )
 
     @property
     def uses_profile(self) -> bool:
-        return self.settings.policy not in BASIC_POLICIES
+        """Whether the profile runs the closed loop (then engine stats are scraped)."""
+        return self.scheduler.closed_loop
 
     def _on_stats(self, endpoint: Endpoint, scrape: Scrape) -> None:
         self.feedback.on_stats(endpoint.spec.name, scrape)
@@ -111,3 +107,7 @@ class RoutingRuntime:
             await self._owned_fetch.aclose()
             self._owned_fetch = None
         await self.store.aclose()
+
+
+RoutingRuntime = SchedulingService
+"""Deprecated name of :class:`SchedulingService` (``gateway/app.py`` may still import it)."""

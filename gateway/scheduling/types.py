@@ -4,20 +4,28 @@ Pipeline of one request (``scheduling/profile.py``): **producers** (async, deadl
 hints, the scheduler turns each endpoint plus the hints into a :class:`Candidate`, **filters**
 drop candidates, **scorers** give each survivor a score in [0, 1], the weighted sum ranks them
 through one **picker**. Filters, scorers and pickers are pure and synchronous: everything they
-read is on the candidate or the context; none keeps state between calls.
+read is on the candidate or the context; none keeps state between calls (a picker may keep its
+rotation). Every plugin is built once, from the registry (``scheduling/registry.py``), with its
+parameters resolved then: nothing per request reads a parameter table.
+
+Hints are typed: a producer's answer is written by the producer itself (:meth:`DataProducer.write`)
+into its field of :class:`Hints`; the framework reads those fields, never a hint by name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pydantic import BaseModel, ConfigDict
+
 from gateway.endpoints.metrics_parse import EngineStats
+from gateway.config import HotSpotSettings
 from gateway.endpoints.model import Endpoint
 from gateway.prefix.hashing import PrefixKey
 from gateway.protocol.openai import InferenceRequest
-from gateway.config import HotSpotSettings
+from gateway.state.base import StoreView
 
 
 @dataclass(slots=True)
@@ -62,6 +70,47 @@ class Context:
     hot_spot: HotSpotSettings
 
 
+class Hints:
+    """What the producers found for one request: one typed field per kind of hint.
+
+    Attributes:
+        state: the state store's view (prefix matches, affinity, other replicas' in-flight
+            counts), or None when no producer gave one (none configured, late or failed).
+
+    ``name in hints`` and ``iter(hints)`` give the names of the producers that answered (the
+    explain output lists them); the framework never looks a hint up by that name.
+    """
+
+    __slots__ = ("state", "_produced")
+
+    def __init__(self) -> None:
+        self.state: StoreView | None = None
+        self._produced: list[str] = []
+
+    def answered(self, name: str) -> None:
+        """Producer ``name`` gave its hint (called by the runner after the producer wrote it)."""
+        self._produced.append(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._produced
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._produced)
+
+    def __len__(self) -> int:
+        return len(self._produced)
+
+
+class Params(BaseModel):
+    """A plugin type's parameters (``params`` of ``[[routing.plugins]]``): typed, checked once at build."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoParams(Params):
+    """A plugin type that takes no parameters."""
+
+
 class Filter(Protocol):
     """Keeps the candidates that may take the request (the framework never lets it empty the set)."""
 
@@ -69,7 +118,7 @@ class Filter(Protocol):
 
 
 class Scorer(Protocol):
-    """One score in [0, 1] per candidate, in order (1 = best)."""
+    """One score in [0, 1] per candidate, in order (1 = best); the framework clamps to [0, 1]."""
 
     def score(self, ctx: Context, candidates: Sequence[Candidate]) -> list[float]: ...
 
@@ -87,8 +136,11 @@ PENDING: Any = object()
 class DataProducer(Protocol):
     """Fetches one hint for the request (may do I/O); bounded by the profile's deadline.
 
+    ``write(hints, value)`` stores a produced value in its typed field of :class:`Hints`.
     A producer may also define ``produce_now(ctx, endpoints)``: the hint when it is available
     without I/O, else :data:`PENDING`. The runner tries it first (no task, no timer).
     """
 
     async def produce(self, ctx: Context, endpoints: Sequence[Endpoint]) -> Any: ...
+
+    def write(self, hints: Hints, value: Any) -> None: ...

@@ -6,12 +6,23 @@ from typing import Any
 
 import orjson
 
+import random
+import time
+
+from prometheus_client import CollectorRegistry
+
+from gateway.config import BUILTIN_PROFILES, HotSpotSettings, ProfileSettings, RoutingSettings
 from gateway.endpoints.metrics_parse import EngineStats
 from gateway.endpoints.model import Endpoint, EndpointSpec
-from gateway.prefix.hashing import PrefixKey
+from gateway.endpoints.stats import StatsBoard
+from gateway.prefix.hashing import PrefixKey, PromptHasher
 from gateway.protocol.openai import InferenceRequest, Operation, parse_request
-from gateway.config import HotSpotSettings
+from gateway.scheduling.feedback import PrefixFeedback
+from gateway.scheduling.metrics import RoutingMetrics
+from gateway.scheduling.profile import ProfileScheduler
+from gateway.scheduling.registry import PluginDeps
 from gateway.scheduling.types import Candidate, Context
+from gateway.state.memory import MemoryStore
 
 
 def endpoint(name: str, weight: float = 1.0, in_flight: int = 0) -> Endpoint:
@@ -37,3 +48,22 @@ def context(blocks: int = 10, load_factor: float = 1.25) -> Context:
 def chat(content: str, **fields: Any) -> InferenceRequest:
     body = {"model": "m", "messages": [{"role": "system", "content": content}, {"role": "user", "content": "q"}], **fields}
     return parse_request(Operation.CHAT, orjson.dumps(body))
+
+
+def scheduler(name: str = "prefix-aware", profile: ProfileSettings | None = None, seed: int = 7,
+              types: Any = None, **routing: Any) -> ProfileScheduler:
+    """A profile scheduler over a memory store: the built-in profile ``name`` unless ``profile`` is given."""
+    settings = RoutingSettings(**routing)
+    store = MemoryStore()
+    metrics = RoutingMetrics(CollectorRegistry())
+    return ProfileScheduler(
+        name, settings.all_profiles()[name] if profile is None else profile, settings,
+        PluginDeps(store, random.Random(seed)), hasher=PromptHasher(), board=StatsBoard(),
+        feedback=PrefixFeedback(settings.index, store, metrics, 200.0), metrics=metrics, clock=time.perf_counter,
+        **({} if types is None else {"types": types}),
+    )
+
+
+def basic(name: str) -> ProfileScheduler:
+    """The built-in basic profile ``name`` (``least-in-flight``, ``round-robin``)."""
+    return scheduler(name, BUILTIN_PROFILES[name])
