@@ -18,7 +18,7 @@ from gateway.endpoints.stats import StatsBoard
 from gateway.prefix.hashing import PrefixKey, PromptHasher
 from gateway.protocol.openai import InferenceRequest, Operation, parse_request
 from gateway.scheduling.feedback import PrefixFeedback
-from gateway.scheduling.metrics import RoutingMetrics
+from gateway.observability.metrics import RoutingMetrics
 from gateway.scheduling.profile import ProfileScheduler
 from gateway.scheduling.registry import PluginDeps
 from gateway.scheduling.types import Candidate, Context

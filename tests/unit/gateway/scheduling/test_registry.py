@@ -145,7 +145,7 @@ class Typed:
 async def test_producers_write_typed_hints_and_a_failing_write_drops_only_its_hint() -> None:
     from prometheus_client import CollectorRegistry
 
-    from gateway.scheduling.metrics import RoutingMetrics
+    from gateway.observability.metrics import RoutingMetrics
     from gateway.scheduling.producers import gather_hints
     from tests.unit.gateway.scheduling.support import context
 
