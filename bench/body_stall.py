@@ -225,6 +225,38 @@ def print_stages(sizes_kib: list[int], rounds: int) -> None:
         print(f"{name:<28}" + "".join(f"{column[name] * 1000:>11.3f}" for column in columns))
 
 
+async def print_offload(sizes_kib: list[int], rounds: int) -> None:
+    """The ``--offload`` table: inline ``parse_request`` vs the loop's longest gap (and the
+    request's latency) while ``parse_request_async`` parses the same body in a worker process."""
+    from gateway.protocol.offload import ParseOffload, parse_request_async
+    from gateway.protocol.openai import Operation, parse_request
+
+    offload = ParseOffload(inline_limit=0)
+    await offload.start()
+    ticker = Ticker()
+    ticking = asyncio.create_task(ticker.run())
+    print(f"\n{'body KiB':>9}{'inline ms':>11}{'offload: loop gap ms':>22}{'latency ms':>12}  (best of {rounds})")
+    try:
+        for size in sizes_kib:
+            raw = long_body(size * 1024)
+            inline = gap = latency = float("inf")
+            for _ in range(rounds):
+                started = time.perf_counter()
+                parse_request(Operation.CHAT, raw)
+                inline = min(inline, time.perf_counter() - started)
+                await asyncio.sleep(0.01)
+                ticker.worst = 0.0
+                started = time.perf_counter()
+                await parse_request_async(Operation.CHAT, raw, offload=offload)
+                latency = min(latency, time.perf_counter() - started)
+                await asyncio.sleep(0.002)  # the ticker's wakeup after the last step
+                gap = min(gap, ticker.worst)
+            print(f"{size:>9}{inline * 1000:>11.2f}{gap * 1000:>22.2f}{latency * 1000:>12.2f}")
+    finally:
+        ticking.cancel()
+        await offload.aclose()
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=lambda text: [int(part) for part in text.split(",")], default=[1, 8, 16, 30])
