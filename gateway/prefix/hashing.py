@@ -162,11 +162,25 @@ def _parts(request: InferenceRequest, room: int = sys.maxsize) -> tuple[list[byt
         lengths.append(len(data))
         room -= len(data)
     for message in body.get("messages") or ():
+        if room <= 0:  # past the bytes hashed: only the length counts
+            parts.append(b"")
+            lengths.append(_length(message))
+            continue
         data, length = _message(message, room)
         parts.append(data)
         lengths.append(length)
         room = room - len(data) if len(data) == length else 0  # after a cut piece only lengths count
     return parts, lengths
+
+
+def _length(message: Mapping[str, Any]) -> int:
+    """The canonical length of ``message`` (as :func:`_message` counts it), without building it
+    when it is only an ASCII role and content (``str.isascii`` is O(1))."""
+    if len(message) == 2:
+        role, content = message.get("role"), message.get("content")
+        if type(role) is str and type(content) is str and role.isascii() and content.isascii():
+            return 2 + len(role) + len(content)
+    return _message(message, 0)[1]
 
 
 def canonical_prompt(request: InferenceRequest) -> bytes:
