@@ -41,7 +41,7 @@ def metrics_url(target: targets.Target) -> str:
 def scrape_lag(target: targets.Target) -> dict[str, Any] | None:
     """``{"buckets": {le: count}, "max_s": gauge}`` from the target's /metrics, or None."""
     try:
-        with urllib.request.urlopen(metrics_url(target), timeout=5) as response:  # noqa: S310 (local)
+        with urllib.request.urlopen(metrics_url(target), timeout=5) as response:
             text = response.read().decode()
     except (OSError, ValueError):
         return None
@@ -126,8 +126,8 @@ def table(record: dict[str, Any]) -> str:
     direct = phase.get("direct", {})
     lines = [
         "\nLong prompts (unique prompts, non-streaming; added = target - direct, ms; loop lag from the target's /metrics, ms)",
-        f"{'target':<16}{'prompt':>9}{'c':>5}{'p50':>9}{'p99':>9}{'added p50':>11}{'added p99':>11}"
-        f"{'req/s':>8}{'lag max':>9}{'lag p99<=':>10}{'errors':>8}",
+        (f"{'target':<16}{'prompt':>9}{'c':>5}{'p50':>9}{'p99':>9}{'added p50':>11}{'added p99':>11}"
+         f"{'req/s':>8}{'lag max':>9}{'lag p99<=':>10}{'errors':>8}"),
     ]
     for name, results in phase.items():
         for key, result in results.items():

@@ -84,8 +84,7 @@ class LoopLagMonitor:
         """Record one tick's lag (seconds, negative read as 0)."""
         lag = lag_s if lag_s > 0 else 0.0
         self._lags.append(lag)
-        if lag > self._worst:
-            self._worst = lag
+        self._worst = max(self._worst, lag)
         if self._histogram is not None:
             self._histogram.observe(lag)
         self._ticks += 1

@@ -85,7 +85,7 @@ class _Worker:
         for offset in range(0, size, CHUNK):
             piece = await stdout.readexactly(min(CHUNK, size - offset))
             answer[offset : offset + len(piece)] = piece
-        return pickle.loads(answer)  # noqa: S301 (our own worker's answer)
+        return pickle.loads(answer)
 
     def kill(self) -> None:
         if self.alive:

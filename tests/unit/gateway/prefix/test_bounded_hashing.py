@@ -8,7 +8,12 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.prefix.hashing import PrefixKey, PromptHasher, canonical_prompt, chain_hashes
+from gateway.prefix.hashing import (
+    PrefixKey,
+    PromptHasher,
+    canonical_prompt,
+    chain_hashes,
+)
 from gateway.protocol.openai import InferenceRequest, Operation, parse_request
 
 

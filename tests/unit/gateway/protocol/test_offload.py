@@ -69,7 +69,7 @@ def test_off_the_loop_equals_inline(operation: Operation) -> None:
             await offload.aclose()
 
     for raw, (remote, inline) in zip(BODIES, asyncio.run(every_body())):
-        assert remote == inline == outcome(lambda: parse_request(operation, raw))
+        assert remote == inline == outcome(lambda raw=raw: parse_request(operation, raw))
 
 
 def test_without_an_offload_the_body_is_parsed_inline() -> None:
