@@ -28,6 +28,7 @@ import uuid
 from typing import Any
 
 from bench.overhead import load, targets
+from bench.overhead.proctree import CpuWindow
 
 LAG_HISTOGRAM = "kvgate_event_loop_lag_seconds_bucket"
 LAG_MAX = "kvgate_event_loop_lag_max_seconds"
@@ -81,10 +82,15 @@ def measure(target: targets.Target, args: Any, size: int, concurrency: int) -> d
 
     settle(target)
     before = scrape_lag(target)
+    window = CpuWindow(target.roots)
+    window.start()
     result = load.run_load(
         target.url, target.headers, concurrency=concurrency, seconds=args.long_seconds, cores=args.load,
         loadgen=args.loadgen, unique_prompt_bytes=size, tag=uuid.uuid4().hex[:10],
     )
+    cpu = window.stop()
+    served = result["requests"] or 0
+    result["cpu_us_per_request"] = cpu / served * 1e6 if served else None
     time.sleep(0.1)  # the monitor publishes its gauges every 20 ticks (40 ms)
     result["lag"] = lag_between(before, scrape_lag(target))
     return result
@@ -127,7 +133,7 @@ def table(record: dict[str, Any]) -> str:
     lines = [
         "\nLong prompts (unique prompts, non-streaming; added = target - direct, ms; loop lag from the target's /metrics, ms)",
         (f"{'target':<16}{'prompt':>9}{'c':>5}{'p50':>9}{'p99':>9}{'added p50':>11}{'added p99':>11}"
-         f"{'req/s':>8}{'lag max':>9}{'lag p99<=':>10}{'errors':>8}"),
+         f"{'req/s':>8}{'CPU us/req':>11}{'lag max':>9}{'lag p99<=':>10}{'errors':>8}"),
     ]
     for name, results in phase.items():
         for key, result in results.items():
@@ -140,7 +146,8 @@ def table(record: dict[str, Any]) -> str:
             lag = result.get("lag") or {}
             lines.append(
                 f"{name:<16}{int(size) // 1000:>7}KB{concurrency:>5}{_fmt(result['p50_ms']):>9}{_fmt(result['p99_ms']):>9}"
-                f"{_fmt(added50):>11}{_fmt(added99):>11}{result['requests_per_s']:>8.0f}{_fmt(lag.get('max_ms'), 1):>9}"
+                f"{_fmt(added50):>11}{_fmt(added99):>11}{result['requests_per_s']:>8.0f}"
+                f"{_fmt(result.get('cpu_us_per_request'), 0):>11}{_fmt(lag.get('max_ms'), 1):>9}"
                 f"{_fmt(lag.get('p99_ms_le'), 1):>10}{result['errors']:>8}"
             )
     return "\n".join(lines)
