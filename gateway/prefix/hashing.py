@@ -102,32 +102,35 @@ def _text_bytes(text: str, room: int) -> tuple[bytes, int]:
     return data[:room] if len(data) > room else data, len(data)
 
 
-def _message(message: Mapping[str, Any], room: int) -> tuple[bytes, int]:
-    """The canonical bytes of one message, cut after ``room`` bytes when it is longer, and its full length."""
+def _message(message: Mapping[str, Any]) -> bytes:
     content = message.get("content")
-    head = _RS + str(message.get("role", "")).encode() + _US
     if isinstance(content, str):
-        text, length = _text_bytes(content, max(room - len(head), 0))
+        text = content.encode()
+    elif isinstance(content, list):
+        text = b"".join(_part(part) for part in content)
     else:
-        if isinstance(content, list):
-            text = b"".join(_part(part) for part in content)
-        else:
-            text = b"" if content is None else orjson.dumps(content, option=_SORTED)
-        length = len(text)
-    tail = b""
+        text = b"" if content is None else orjson.dumps(content, option=_SORTED)
+    out = _RS + str(message.get("role", "")).encode() + _US + text
     for name in ("name", "tool_call_id"):
         value = message.get(name)
         if value is not None:
-            tail += _US + str(value).encode()
+            out += _US + str(value).encode()
     calls = message.get("tool_calls")
     if calls:
-        tail += _US + orjson.dumps(calls, option=_SORTED)
-    full = len(head) + length + len(tail)
-    if room <= 0:
-        return b"", full
+        out += _US + orjson.dumps(calls, option=_SORTED)
+    return out
+
+
+def _cut_message(message: Mapping[str, Any], room: int) -> tuple[bytes, int]:
+    """A message whose string content is longer than ``room``: its first ``room`` canonical bytes
+    (or more) and its full length, the content's rest not built (when ASCII)."""
+    head = _RS + str(message.get("role", "")).encode() + _US
+    text, length = _text_bytes(message["content"], max(room - len(head), 0))
+    rest = len(_message({**message, "content": None})) - len(head) if len(message) > 2 else 0
     if length > len(text):  # the content was cut: what follows it lies past the bytes hashed
-        return head + text, full
-    return head + text + tail, full
+        return head + text, len(head) + length + rest
+    whole = _message(message)
+    return whole, len(whole)
 
 
 def _prompt(prompt: Any) -> bytes:
@@ -166,10 +169,17 @@ def _parts(request: InferenceRequest, room: int = sys.maxsize) -> tuple[list[byt
             parts.append(b"")
             lengths.append(_length(message))
             continue
-        data, length = _message(message, room)
+        content = message.get("content")
+        if isinstance(content, str) and len(content) > room:
+            data, length = _cut_message(message, room)
+            parts.append(data)
+            lengths.append(length)
+            room = room - len(data) if len(data) == length else 0  # after a cut piece only lengths count
+            continue
+        data = _message(message)  # the usual case: the whole message fits
         parts.append(data)
-        lengths.append(length)
-        room = room - len(data) if len(data) == length else 0  # after a cut piece only lengths count
+        lengths.append(len(data))
+        room -= len(data)
     return parts, lengths
 
 
@@ -180,7 +190,7 @@ def _length(message: Mapping[str, Any]) -> int:
         role, content = message.get("role"), message.get("content")
         if type(role) is str and type(content) is str and role.isascii() and content.isascii():
             return 2 + len(role) + len(content)
-    return _message(message, 0)[1]
+    return len(_message(message))
 
 
 def canonical_prompt(request: InferenceRequest) -> bytes:
