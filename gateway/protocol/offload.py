@@ -117,6 +117,7 @@ class ParseOffload:
         self.workers = workers
         self._pool: list[_Worker | None] = [None] * workers
         self._next = 0
+        self._reaping: set[asyncio.Task[None]] = set()  # killed workers being waited for
 
     async def _spawn(self) -> _Worker:
         root = str(Path(__file__).resolve().parents[2])  # this gateway package, whatever sys.path[0] is
@@ -155,7 +156,9 @@ class ParseOffload:
                 worker.kill()  # half a frame may be in the pipe: this worker is done
                 if self._pool[index] is worker:
                     self._pool[index] = None
-                asyncio.ensure_future(worker.aclose())
+                reaper = asyncio.ensure_future(worker.aclose())
+                self._reaping.add(reaper)
+                reaper.add_done_callback(self._reaping.discard)
                 if isinstance(error, (OSError, EOFError, asyncio.IncompleteReadError, pickle.UnpicklingError)):
                     return parse_request(operation, raw)  # the worker died: this body inline
                 raise

@@ -134,3 +134,26 @@ def test_any_json_gives_the_inline_answer(value: Any, operation: Operation) -> N
 @given(raw=st.binary(max_size=200) | st.text(alphabet="[{}]a\"", max_size=300).map(str.encode), wanted=st.integers(1, 40))
 def test_brackets_reach_counts_like_bytes_count(raw: bytes, wanted: int) -> None:
     assert brackets_reach(raw, wanted) == (raw.count(b"[") + raw.count(b"{") >= wanted)
+
+
+def test_a_cancelled_parse_retires_its_worker_and_the_next_one_works() -> None:
+    raw = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "c" * (16 * 1024 * 1024)}]})
+
+    async def run() -> InferenceRequest:
+        pool = ParseOffload(inline_limit=0)
+        await pool.start()
+        first = pool._pool[0]
+        try:
+            task = asyncio.ensure_future(pool.parse(Operation.CHAT, raw))
+            await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert first is not None and pool._pool[0] is None  # retired: half a frame may be in its pipe
+            await first.process.wait()
+            return await pool.parse(Operation.CHAT, BODIES[0])
+        finally:
+            await asyncio.sleep(0.05)
+            await pool.aclose()
+
+    assert asyncio.run(run()).body == orjson.loads(BODIES[0])
