@@ -8,17 +8,18 @@ body (``parse_request``, the same code as inline) and sends back the parsed body
 bytes go both ways over the worker's stdin and stdout pipes in :data:`CHUNK` pieces, one loop
 step each (``concurrent.futures.ProcessPoolExecutor`` was measured first: its pipe and pickling
 threads held the GIL for 110-170 ms sending a 30 MiB body, longer than parsing it inline), so
-the loop pays only ``pickle.loads`` of the answer in one piece: for a 30 MiB one-message body a
-few milliseconds (one large string) instead of about 100 ms (``bench/body_stall.py --stages
---offload`` prints both).
+the loop pays only ``pickle.loads`` of the answer in one piece: for a 30 MiB one-message body
+10-37 ms (one large string) instead of 150-590 ms inline on a loaded 2-core host
+(``python -m bench.body_stall --stages --offload`` prints both).
 
 Below ``inline_limit`` bytes (:data:`DEFAULT_INLINE_LIMIT`, 1 MiB: the inline parse, validation
-and depth check cost about 0.5 ms there on a 2-core EPYC, against a round trip of about
-0.3-1 ms to a process) the body is parsed inline: offloading small bodies only adds latency.
+and depth check cost 0.5-1 ms there, against a round trip of 1.5 ms for 200 KiB and 5 ms for
+1 MiB to a worker) the body is parsed inline: offloading small bodies only adds latency.
 
 Errors are the inline path's errors: the worker returns an ``InvalidRequestError``'s message,
 ``param`` and ``code`` and the loop raises the same error (same status, same JSON). A worker
-that dies (killed, out of memory) is replaced and the body is parsed inline, once.
+that dies (killed, out of memory, a bug raising in ``parse_request``) is replaced and the body
+is parsed inline, once (so a bug raises inline, as it would have).
 
 Nothing is shared with the worker but the bytes: the returned body is a fresh object owned by the
 loop's thread, exactly as ``orjson.loads`` would have made it.
