@@ -12,9 +12,15 @@ Two body shapes: ``one-message`` (one user message of that size) and ``many-mess
 messages adding up to that size: many more JSON values to build). ``--basic`` routes with
 ``least-in-flight`` (no prefix hashing), to see what the parse and the forwarding cost alone;
 ``--thread-parse`` adds the figure that decides whether ``asyncio.to_thread`` could help: the
-longest main-thread gap while ``orjson.loads`` runs in a worker thread, next to the inline parse::
+longest main-thread gap while ``orjson.loads`` runs in a worker thread, next to the inline parse.
+``--stages`` prints, without a server, what each step the gateway runs on the loop costs per
+request for one-message bodies of ``--stage-sizes`` KiB (parse, validation, depth check, prompt
+view, route-selection signals with the classifier, prefix hashing, index insert), best of
+``--rounds``; ``--offload`` adds the longest loop gap while ``parse_request_async`` parses the
+body off the loop (``gateway/protocol/offload.py``)::
 
     .venv/bin/python bench/body_stall.py [--sizes 1,8,16,30] [--rounds 3] [--basic] [--thread-parse]
+    .venv/bin/python bench/body_stall.py --stages [--stage-sizes 32,200,1024,30720] [--offload]
 """
 
 from __future__ import annotations
@@ -165,10 +171,106 @@ def thread_parse_gap(body: bytes) -> tuple[float, float]:
     return inline, worst
 
 
+def long_body(size: int, model: str = "m") -> bytes:
+    """A chat body whose last user turn is ``size`` bytes of prose (a pasted document) and a question."""
+    text = ("The quick brown fox jumps over the lazy dog 12345. " * (size // 51 + 1))[:size]
+    messages = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": text + "\n\nSummarize the document above in three bullets."}]
+    return orjson.dumps({"model": model, "messages": messages, "max_tokens": 64})
+
+
+def stage_costs(raw: bytes, rounds: int) -> dict[str, float]:
+    """Seconds per stage for ``raw`` (best of ``rounds``; cold hasher and index each round)."""
+    from gateway.prefix.hashing import PromptHasher
+    from gateway.prefix.index import BlockLRU
+    from gateway.protocol.openai import InferenceRequest, Operation, parse_request
+    from gateway.protocol.validation import check_depth, check_fields, check_messages
+    from gateway.selection.classifier import ClassifierModel
+    from gateway.selection.prompt import view
+    from gateway.selection.signals import read_signals
+
+    model = ClassifierModel.load()
+    request = parse_request(Operation.CHAT, raw)
+    body = request.body
+    prompt = view(request)
+    blocks = PromptHasher().key(request, "m").blocks
+    stages: dict[str, Any] = {
+        "orjson.loads": lambda: orjson.loads(raw),
+        "check_messages+fields": lambda: (check_messages(body["messages"]), check_fields(body)),
+        "check_depth": lambda: check_depth(raw, body),
+        "parse_request (all)": lambda: parse_request(Operation.CHAT, raw),
+        "prompt view": lambda: view(request),
+        "read_signals (classifier)": lambda: read_signals(request, model, prompt=prompt),
+        "prefix key (cold)": lambda: PromptHasher().key(InferenceRequest(Operation.CHAT, "m", False, body, raw), "m"),
+        "index insert (cold)": lambda: BlockLRU().insert(blocks),
+    }
+    costs = {}
+    for name, work in stages.items():
+        best = float("inf")
+        for _ in range(rounds):
+            started = time.perf_counter()
+            work()
+            best = min(best, time.perf_counter() - started)
+        costs[name] = best
+    return costs
+
+
+def print_stages(sizes_kib: list[int], rounds: int) -> None:
+    """The ``--stages`` table: one column per body size, one row per stage, milliseconds."""
+    bodies = [long_body(size * 1024) for size in sizes_kib]
+    columns = [stage_costs(body, rounds) for body in bodies]
+    print(f"\nper-request cost on the loop, ms (best of {rounds}; one-message chat body)")
+    print(f"{'stage':<28}" + "".join(f"{f'{size} KiB':>11}" for size in sizes_kib))
+    for name in columns[0]:
+        print(f"{name:<28}" + "".join(f"{column[name] * 1000:>11.3f}" for column in columns))
+
+
+async def print_offload(sizes_kib: list[int], rounds: int) -> None:
+    """The ``--offload`` table: inline ``parse_request`` vs the loop's longest gap (and the
+    request's latency) while ``parse_request_async`` parses the same body in a worker process."""
+    from gateway.protocol.offload import ParseOffload, parse_request_async
+    from gateway.protocol.openai import Operation, parse_request
+
+    offload = ParseOffload(inline_limit=0)
+    await offload.start()
+    ticker = Ticker()
+    ticking = asyncio.create_task(ticker.run())
+    print(f"\n{'body KiB':>9}{'inline ms':>11}{'offload: loop gap ms':>22}{'latency ms':>12}  (best of {rounds})")
+    try:
+        for size in sizes_kib:
+            raw = long_body(size * 1024)
+            inline = gap = latency = float("inf")
+            for _ in range(rounds):
+                started = time.perf_counter()
+                parse_request(Operation.CHAT, raw)
+                inline = min(inline, time.perf_counter() - started)
+                await asyncio.sleep(0.01)
+                ticker.worst = 0.0
+                started = time.perf_counter()
+                await parse_request_async(Operation.CHAT, raw, offload=offload)
+                latency = min(latency, time.perf_counter() - started)
+                await asyncio.sleep(0.002)  # the ticker's wakeup after the last step
+                gap = min(gap, ticker.worst)
+            print(f"{size:>9}{inline * 1000:>11.2f}{gap * 1000:>22.2f}{latency * 1000:>12.2f}")
+    finally:
+        ticking.cancel()
+        await offload.aclose()
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=lambda text: [int(part) for part in text.split(",")], default=[1, 8, 16, 30])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--thread-parse", action="store_true", help="also: orjson.loads in a thread vs inline")
     parser.add_argument("--basic", action="store_true", help="least-in-flight routing (no prefix hashing)")
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--stages", action="store_true", help="per-stage cost on the loop, no server (see the docstring)")
+    parser.add_argument("--stage-sizes", type=lambda text: [int(part) for part in text.split(",")],
+                        default=[32, 200, 1024, 30720], help="KiB, for --stages")
+    parser.add_argument("--offload", action="store_true", help="with --stages: the loop gap of parse_request_async")
+    arguments = parser.parse_args()
+    if arguments.stages:
+        print_stages(arguments.stage_sizes, arguments.rounds)
+        if arguments.offload:
+            asyncio.run(print_offload(arguments.stage_sizes, arguments.rounds))
+    else:
+        asyncio.run(main(arguments))

@@ -12,7 +12,10 @@
    /proc around each load; RSS after the round.
 3. Memory (``--memory-targets``): ``--streams`` slow streams open at once (RSS while open), then
    distinct long prompts at concurrency 32 for ``--prompts-seconds`` (RSS curve).
-4. Prints the tables (see docs/overhead.md) and writes the JSON record.
+4. ``--long-prompts``: unique prompts of 32 KB, 200 KB and 1 MB at concurrency 1, 32, 128 on
+   every target, added latency against ``direct`` and kvgate's event-loop lag
+   (``bench/overhead/long_prompts.py``).
+5. Prints the tables (see docs/overhead.md) and writes the JSON record.
 
 ``--baseline-tree PATH`` (a checkout of kvgate, e.g. the commit before a refactor) adds the target
 ``kvgate-base`` right after ``kvgate``: the same launch and config file with PATH's ``gateway``
@@ -41,7 +44,7 @@ REPO = Path(__file__).resolve().parents[2]
 if not __package__:  # run as a script: bench/overhead/run.py
     sys.path.insert(0, str(REPO))
 
-from bench.overhead import load, report, targets  # noqa: E402
+from bench.overhead import load, long_prompts, report, targets  # noqa: E402
 from bench.overhead.proctree import CpuWindow, Proc, free_port, parse_cores, rss_bytes, spawn, stop, tree  # noqa: E402
 
 OUT = REPO / "bench" / "out"
@@ -82,6 +85,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompts", type=int, help="distinct prompts at most (default 100000; --quick 5000)")
     parser.add_argument("--prompts-seconds", type=int, help="distinct-prompt phase time cap (default 60; --quick 10)")
     parser.add_argument("--prompt-bytes", type=int, default=8192, help="bytes per distinct prompt (default 8192)")
+    parser.add_argument("--long-prompts", action="store_true", help="add the long-prompt phase (bench/overhead/long_prompts.py)")
+    parser.add_argument("--long-sizes", default="32000,200000,1000000", help="prompt bytes of the long-prompt phase")
+    parser.add_argument("--long-concurrency", default="1,32,128", help="concurrencies of the long-prompt phase")
+    parser.add_argument("--long-seconds", type=int, help="seconds per long-prompt load (default 4; --quick 2)")
     parser.add_argument("--profile", action="store_true", help="profile kvgate under py-spy instead (bench/overhead/profile.py)")
     parser.add_argument("--profile-seconds", type=int, default=15)
     parser.add_argument("--profile-concurrency", type=int, default=32)
@@ -94,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     defaults = {
         "rounds": 2 if quick else 3, "seconds": 2 if quick else 5, "requests": 60 if quick else 200,
         "streams": 300 if quick else 1000, "hold_s": 6 if quick else 15,
-        "prompts": 5000 if quick else 100000, "prompts_seconds": 10 if quick else 60,
+        "prompts": 5000 if quick else 100000, "prompts_seconds": 10 if quick else 60, "long_seconds": 2 if quick else 4,
     }
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -107,6 +114,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.baseline_tree and not (args.baseline_tree / "gateway" / "__init__.py").is_file():
         parser.error(f"--baseline-tree {args.baseline_tree}: no gateway/__init__.py there")
     args.concurrencies = [int(c) for c in args.concurrency.split(",") if c]
+    args.long_sizes = [int(size) for size in args.long_sizes.split(",") if size]
+    args.long_concurrencies = [int(c) for c in args.long_concurrency.split(",") if c]
     args.gateway = parse_cores(args.gateway_cores)
     all_cores = sorted(os.sched_getaffinity(0))
     args.load = parse_cores(args.load_cores) if args.load_cores else [c for c in all_cores if c not in args.gateway] or all_cores
@@ -328,7 +337,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ctx = targets.Context(
             upstream=origin, upstream_pid=upstream.pid, work=work, logs=logs, cores=args.gateway,
             kvgate_workers=args.kvgate_workers, kvgate_loop=args.kvgate_loop, redis_url=redis_url_for(args), log=log,
-            baseline_tree=args.baseline_tree,
+            baseline_tree=args.baseline_tree, loop_lag=args.long_prompts,
         )
         record["meta"]["kvgate_state"] = "redis" if ctx.redis_url else "memory"
         for name in args.target_list:
@@ -360,6 +369,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 except Exception as error:  # noqa: BLE001 - a failing target must not stop the others
                     log(f"round {number} {name}: failed: {error}")
                     record["targets"][name].setdefault("failures", []).append(f"round {number}: {error}")
+        if args.long_prompts:
+            record["long_prompts"] = long_prompts.long_prompt_phase(running, args, log)
         for name in args.memory_list:
             target = running.get(name)
             if target is None or (target.procs and not all(proc.alive() for proc in target.procs)):
@@ -397,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
     print(report.tables(record))
+    if "long_prompts" in record:
+        print(long_prompts.table(record))
     print(f"\nJSON: {path}   logs: {OUT / 'overhead-logs'}")
     return 0
 

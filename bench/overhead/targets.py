@@ -73,6 +73,7 @@ class Context:
     redis_url: str | None = None
     log: Callable[[str], None] = print
     baseline_tree: Path | None = None  # the tree kvgate-base imports ``gateway`` from
+    loop_lag: bool = False  # kvgate runs a loop-lag monitor (bench/overhead/long_prompts.py reads /metrics)
 
 
 @dataclass
@@ -158,8 +159,26 @@ cluster = "bench"
 # --kvgate-loop worker). A file outside both trees, so sys.path[0] holds no code of either.
 _LAUNCHER = """\
 \"\"\"bench.overhead: kvgate's launcher; argv: MODULE ARGS... (gateway.cli: `kvgate ARGS...`).\"\"\"
-import sys, gateway
+import os, sys, gateway
 print(f"{MARK} {gateway.__file__} {getattr(gateway, '__version__', '?')}", file=sys.stderr, flush=True)
+if os.environ.get("KVGATE_BENCH_LOOP_LAG"):  # a loop-lag monitor on the app's instruments, unless the app runs one
+    try:
+        import uvicorn
+        from gateway.observability.loop_lag import LoopLagMonitor
+    except ImportError:
+        pass
+    else:
+        _startup, _MONITORS = uvicorn.Server.startup, []
+        async def _with_monitor(self, sockets=None):
+            await _startup(self, sockets=sockets)
+            container = getattr(getattr(self.config.app, "state", None), "container", None)
+            metrics = getattr(container, "metrics", None)
+            if metrics is not None and hasattr(metrics, "loop_lag") and getattr(container, "loop_lag", None) is None:
+                monitor = LoopLagMonitor(float(os.environ["KVGATE_BENCH_LOOP_LAG"]), histogram=metrics.loop_lag,
+                                         max_gauge=metrics.loop_lag_max, p99_gauge=metrics.loop_lag_p99, publish_every=20)
+                _MONITORS.append(monitor)
+                monitor.start()
+        uvicorn.Server.startup = _with_monitor
 module = sys.argv.pop(1)
 if module == "gateway.cli":
     from gateway.cli import main
@@ -186,6 +205,8 @@ def _kvgate_env(ctx: Context, code: Path, port: int) -> dict[str, str]:
     if ctx.redis_url:
         env["KVGATE__STATE__KEY_PREFIX"] = f"kvgate-bench-{port}:"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH", "")]))
+    if ctx.loop_lag:
+        env["KVGATE_BENCH_LOOP_LAG"] = "0.002"  # the ticker's interval, seconds
     if code != REPO:  # keep the baseline tree as it is: its bytecode goes to this run's work folder
         env["PYTHONPYCACHEPREFIX"] = str(ctx.work / "pycache-base")
     return env

@@ -63,6 +63,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
 def cache_children(instrument: Counter | Gauge | Histogram, size: int = 4096) -> None:
@@ -139,6 +140,7 @@ class GatewayMetrics:
             multiprocess_mode="livemin",
         )
         self._add_operations_instruments(r)
+        self._add_loop_lag_instruments(r)
         for instrument in vars(self).values():
             if isinstance(instrument, (Counter, Gauge, Histogram)) and instrument._labelnames:
                 cache_children(instrument)
@@ -213,6 +215,30 @@ class GatewayMetrics:
         for collector in self._scrape_collectors:
             combined.register(collector)
         return generate_latest(combined)
+
+
+    # ---- event-loop lag (issue 23, long prompts; gateway/observability/loop_lag.py sets them) ----
+
+    def _add_loop_lag_instruments(self, r: CollectorRegistry) -> None:
+        """The event loop's lag: every tick of the lag monitor, and its window's worst and p99."""
+        self.loop_lag = Histogram(
+            "kvgate_event_loop_lag_seconds",
+            "How late the event loop woke the lag monitor's ticker (one observation per tick), seconds.",
+            buckets=_LOOP_LAG_BUCKETS,
+            registry=r,
+        )
+        self.loop_lag_max = Gauge(
+            "kvgate_event_loop_lag_max_seconds",
+            "Worst event-loop lag over the lag monitor's window (recent ticks), seconds.",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.loop_lag_p99 = Gauge(
+            "kvgate_event_loop_lag_p99_seconds",
+            "99th percentile of the event-loop lag over the lag monitor's window, seconds.",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
 
 
 class _EndpointStateCollector(Collector):

@@ -11,7 +11,9 @@ Algorithm (the gateway-side analogue of vLLM's automatic prefix caching):
    (sampling parameters, ``stream``, ...) is ignored: it does not change the prompt.
 2. **Blocks**: the bytes are cut into blocks of ``block_bytes`` (default 256); only full blocks are
    hashed (as vLLM hashes only full KV blocks), at most ``max_blocks`` (default 1024, so at most
-   256 KiB of prompt is hashed whatever its size).
+   256 KiB of prompt is hashed whatever its size). Only those bytes are serialized: a message
+   past them contributes its length alone and a long ASCII content is sliced before it is
+   encoded, so a 30 MiB prompt costs about what a 256 KiB one does (``bench/body_stall.py --stages``).
 3. **Chain**: ``h_i = xxh3_64(block_i, seed=h_{i-1})`` with ``h_{-1} = xxh3_64(model, cache_salt)``,
    so one hash names the whole prefix up to its block, and two models or two ``cache_salt`` values
    never share a block (vLLM salts its first block with ``cache_salt`` too).
@@ -36,6 +38,7 @@ absorbs that.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -87,6 +90,18 @@ def _part(part: Any) -> bytes:
     return _US + orjson.dumps(part, option=_SORTED)
 
 
+def _text_bytes(text: str, room: int) -> tuple[bytes, int]:
+    """``(bytes, length)``: ``text``'s UTF-8 bytes (only their first ``room`` when longer) and the
+    full byte length. An ASCII text (``str.isascii`` is O(1)) is sliced before it is encoded."""
+    if len(text) <= room:
+        data = text.encode()
+        return data, len(data)
+    if text.isascii():
+        return text[:room].encode() if room > 0 else b"", len(text)
+    data = text.encode()
+    return data[:room] if len(data) > room else data, len(data)
+
+
 def _message(message: Mapping[str, Any]) -> bytes:
     content = message.get("content")
     if isinstance(content, str):
@@ -106,6 +121,18 @@ def _message(message: Mapping[str, Any]) -> bytes:
     return out
 
 
+def _cut_message(message: Mapping[str, Any], room: int) -> tuple[bytes, int]:
+    """A message whose string content is longer than ``room``: its first ``room`` canonical bytes
+    (or more) and its full length, the content's rest not built (when ASCII)."""
+    head = _RS + str(message.get("role", "")).encode() + _US
+    text, length = _text_bytes(message["content"], max(room - len(head), 0))
+    rest = len(_message({**message, "content": None})) - len(head) if len(message) > 2 else 0
+    if length > len(text):  # the content was cut: what follows it lies past the bytes hashed
+        return head + text, len(head) + length + rest
+    whole = _message(message)
+    return whole, len(whole)
+
+
 def _prompt(prompt: Any) -> bytes:
     if isinstance(prompt, str):
         return prompt.encode()
@@ -116,21 +143,59 @@ def _prompt(prompt: Any) -> bytes:
     return b""
 
 
-def _parts(request: InferenceRequest) -> list[bytes]:
-    """The canonical prompt in pieces: the tools head (if any), then one piece per message."""
+def _parts(request: InferenceRequest, room: int = sys.maxsize) -> tuple[list[bytes], list[int]]:
+    """The canonical prompt in pieces (the tools head, if any, then one piece per message) and each
+    piece's full length. Joined, the pieces are the canonical prompt's first ``room`` bytes (or
+    more) whatever its size: a piece past them is empty, a long message's content is cut
+    (an ASCII one without encoding the rest), so a 30 MiB prompt costs what its head costs."""
     body = request.body
-    if request.operation is Operation.CHAT:
-        parts = [_message(m) for m in body.get("messages") or ()]
-        tools = body.get("tools")
-        if tools:
-            parts.insert(0, b"\x1dtools" + _US + orjson.dumps(tools, option=_SORTED))
-        return parts
-    return [_prompt(body.get("prompt"))]
+    if request.operation is not Operation.CHAT:
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            data, length = _text_bytes(prompt, room)
+            return [data], [length]
+        data = _prompt(prompt)
+        return [data], [len(data)]
+    parts: list[bytes] = []
+    lengths: list[int] = []
+    tools = body.get("tools")
+    if tools:
+        data = b"\x1dtools" + _US + orjson.dumps(tools, option=_SORTED)
+        parts.append(data)
+        lengths.append(len(data))
+        room -= len(data)
+    for message in body.get("messages") or ():
+        if room <= 0:  # past the bytes hashed: only the length counts
+            parts.append(b"")
+            lengths.append(_length(message))
+            continue
+        content = message.get("content")
+        if isinstance(content, str) and len(content) > room:
+            data, length = _cut_message(message, room)
+            parts.append(data)
+            lengths.append(length)
+            room = room - len(data) if len(data) == length else 0  # after a cut piece only lengths count
+            continue
+        data = _message(message)  # the usual case: the whole message fits
+        parts.append(data)
+        lengths.append(len(data))
+        room -= len(data)
+    return parts, lengths
+
+
+def _length(message: Mapping[str, Any]) -> int:
+    """The canonical length of ``message`` (as :func:`_message` counts it), without building it
+    when it is only an ASCII role and content (``str.isascii`` is O(1))."""
+    if len(message) == 2:
+        role, content = message.get("role"), message.get("content")
+        if type(role) is str and type(content) is str and role.isascii() and content.isascii():
+            return 2 + len(role) + len(content)
+    return len(_message(message))
 
 
 def canonical_prompt(request: InferenceRequest) -> bytes:
-    """The canonical bytes of ``request``'s prompt (see the module docstring)."""
-    return b"".join(_parts(request))
+    """The canonical bytes of ``request``'s prompt (see the module docstring), all of them."""
+    return b"".join(_parts(request)[0])
 
 
 def chain_hashes(data: bytes, block_bytes: int, seed: int, max_blocks: int, start: int = 0) -> tuple[int, ...]:
@@ -213,8 +278,9 @@ class PromptHasher:
         body = request.body
         salt = body.get("cache_salt")
         seed = self.seed(model, salt if isinstance(salt, str) else "")
-        parts = _parts(request)
+        parts, lengths = _parts(request, self.block_bytes * self.max_blocks)
         data = b"".join(parts)
+        length = sum(lengths)
         affinity_text = body.get("prompt_cache_key") or body.get("user")
         affinity = None
         if isinstance(affinity_text, str) and affinity_text:
@@ -222,18 +288,20 @@ class PromptHasher:
         if len(parts) < 2 or self._memo is None:
             blocks = chain_hashes(data, self.block_bytes, seed, self.max_blocks)
         else:
-            blocks = self._memoized(data, parts, seed)
-        return PrefixKey(blocks, affinity, len(data), self.block_bytes)
+            blocks = self._memoized(data, length, lengths, seed)
+        return PrefixKey(blocks, affinity, length, self.block_bytes)
 
-    def _memoized(self, data: bytes, parts: list[bytes], seed: int) -> tuple[int, ...]:
-        """The chain, reusing a memoized head (step 5 of the module docstring)."""
+    def _memoized(self, data: bytes, length: int, lengths: list[int], seed: int) -> tuple[int, ...]:
+        """The chain, reusing a memoized head (step 5 of the module docstring); ``data`` holds at
+        least the prompt's first ``min(length, block_bytes * max_blocks)`` bytes, ``lengths`` the
+        full length of each piece."""
         block = self.block_bytes
-        total = min(len(data) // block, self.max_blocks)
+        total = min(length // block, self.max_blocks)
         view = memoryview(data)
         memo = self._memo
         assert memo is not None
-        head = len(data) - len(parts[-1])  # bytes before the last message
-        previous = head - len(parts[-2])  # ... and before the one before it
+        head = length - lengths[-1]  # bytes before the last message
+        previous = head - lengths[-2]  # ... and before the one before it
         known: tuple[int, ...] = ()
         probed: dict[int, int] = {}  # blocks -> memo key (a probe's key is reused to store)
         for boundary in (head, previous):

@@ -16,9 +16,10 @@ objects with a string ``role``; ``content`` is a string, null, or an array of co
 Nesting: orjson parses 1,024 levels of JSON but writes at most 254, and kvgate re-serializes
 parts of a body (prefix hashing of ``tools`` and ``tool_calls``, a renamed model, a
 continuation). A body nested deeper than :data:`MAX_JSON_DEPTH` levels is refused (400,
-``param`` = the top-level field holding the deepest value). The check counts brackets first
-(``bytes.count``, C speed) and walks the parsed body only when there are enough of them to
-reach the limit.
+``param`` = the top-level field holding the deepest value). The check first looks for enough
+opening brackets to reach the limit (:func:`brackets_reach`: ``bytes.find``, which is ``memchr``,
+about 0.05 ms per MiB, and stops at ``limit + 1`` of them; counting them all with
+``bytes.count`` cost 1.7 ms per MiB) and walks the parsed body only when there are.
 """
 
 from __future__ import annotations
@@ -169,13 +170,38 @@ def check_messages(messages: Any) -> None:
 
 def check_depth(raw: bytes, body: dict[str, Any], limit: int = MAX_JSON_DEPTH) -> None:
     """Raise the 400 if ``body`` (parsed from ``raw``) nests deeper than ``limit`` levels."""
-    if raw.count(b"[") + raw.count(b"{") <= limit:
+    if not brackets_reach(raw, limit + 1):
         return  # not enough brackets to reach the limit (strings may hold some: an over-count)
     for name, value in body.items():
         if isinstance(value, (dict, list)) and _deeper_than(value, limit - 1):
             raise InvalidRequestError(
                 f"The request body nests JSON objects and arrays deeper than {limit} levels (in '{name}').", param=name
             )
+
+
+_COUNT_BYTES = 16_384
+
+
+def brackets_reach(raw: bytes, wanted: int) -> bool:
+    """Whether ``raw`` holds at least ``wanted`` opening brackets (``[`` and ``{`` together).
+
+    Same answer as ``raw.count(b"[") + raw.count(b"{") >= wanted`` at ``memchr`` speed: each
+    bracket kind is searched with ``bytes.find`` and the search stops once ``wanted`` are found,
+    so a body with few brackets costs two fast scans and one with many about ``wanted`` finds.
+    A body of at most 16 KiB is counted with ``bytes.count`` (cheaper than a call per bracket there).
+    """
+    if len(raw) <= _COUNT_BYTES:  # small bodies: two counts cost less than a find per bracket
+        return raw.count(b"[") + raw.count(b"{") >= wanted
+    found = 0
+    for bracket in (b"[", b"{"):
+        find = raw.find
+        at = find(bracket)
+        while at >= 0:
+            found += 1
+            if found >= wanted:
+                return True
+            at = find(bracket, at + 1)
+    return False
 
 
 def _deeper_than(root: dict[str, Any] | list[Any], limit: int) -> bool:

@@ -24,8 +24,8 @@ measures the estimate against a real BPE tokenizer on the labeled set: with Smol
 vocabulary, English prompts come out at the estimate's median (3.7-4 characters per token) and
 Indonesian ones at about 2.5 characters per token (set ``chars_per_token = 2.5`` on such a
 cluster; multilingual vocabularies sit in between). A real tokenizer costs about 1 ms per 32 KB
-(``gateway/prefix/hashing.py``) and needs the model's vocabulary; this costs a ``str.translate``
-(about 30 us per 32 KB) and a division. ``MESSAGE_OVERHEAD`` (4) covers the chat template's role
+(``gateway/prefix/hashing.py``) and needs the model's vocabulary; this costs a ``bytes.translate``
+of the text's UTF-8 bytes (about 30 us per 32 KB, ASCII or not) and a division. ``MESSAGE_OVERHEAD`` (4) covers the chat template's role
 markers.
 """
 
@@ -42,7 +42,6 @@ from gateway.protocol.openai import InferenceRequest, Operation
 DOC_CHARS = 400
 DIGIT_SCAN_CHARS = 131_072
 MESSAGE_OVERHEAD = 4
-_NO_DIGITS = str.maketrans("", "", "0123456789")
 
 
 @dataclass(slots=True)  # made per request, never changed: not frozen (a frozen __init__ costs ~5x)
@@ -78,10 +77,19 @@ def digit_count(text: str) -> int:
     text that long is far past any context either way, and counting it all would hold the
     event loop for milliseconds)."""
     if len(text) <= DIGIT_SCAN_CHARS:
-        return len(text) - len(text.translate(_NO_DIGITS))
+        return _digits(text)
     half = DIGIT_SCAN_CHARS // 2
     sample = text[:half] + text[-half:]
-    return round((len(sample) - len(sample.translate(_NO_DIGITS))) * len(text) / len(sample))
+    return round(_digits(sample) * len(text) / len(sample))
+
+
+def _digits(text: str) -> int:
+    """The digits 0-9 in ``text``, counted as bytes of its UTF-8 form (no multi-byte sequence
+    holds a byte 0x30-0x39, so the count is the same): ``bytes.translate`` is a table loop, while
+    ``str.translate`` of a non-ASCII text looks every character up in a dict (128 K characters:
+    0.5 ms against 100 ms; ASCII: 0.11 against 0.23 ms)."""
+    data = text.encode("utf-8", "surrogatepass")
+    return len(data) - len(data.translate(None, b"0123456789"))
 
 
 def content_text(content: Any) -> str:
