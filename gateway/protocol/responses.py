@@ -88,7 +88,44 @@ def parse_create(raw: bytes) -> ApiRequest:
     if previous is not None:
         check_id(previous, "previous_response_id")
     prompt = chat_view(model, stream, body, raw, prompt_messages(body), body.get("tools"))
-    return ApiRequest(CREATE, model, stream, body, raw, prompt, previous)
+    return ApiRequest(CREATE, model, stream, body, raw, prompt, previous or encrypted_item_id(body["input"]))
+
+
+def state_param(request: ApiRequest) -> str:
+    """The request field that named ``request.state_id`` (for the error that names it)."""
+    if request.api != CREATE:
+        return "response_id"
+    return "previous_response_id" if request.body.get("previous_response_id") else "input"
+
+
+def _encrypted(item: Any) -> bool:
+    return (isinstance(item, dict) and item.get("type") == "reasoning" and bool(item.get("encrypted_content"))
+            and isinstance(item.get("id"), str) and _ID.fullmatch(item["id"]) is not None)
+
+
+def encrypted_item_id(items: Any) -> str | None:
+    """The id of the first input reasoning item with ``encrypted_content`` (only its endpoint can
+    decrypt it), or None."""
+    for item in items if isinstance(items, list) else ():
+        if _encrypted(item):
+            return str(item["id"])
+    return None
+
+
+def ids_to_record(request: ApiRequest, response: Any) -> list[str]:
+    """The ids to record -> this endpoint for an answer to ``request`` (a response object): its own
+    id when :func:`stores`, and the ids of its reasoning items with ``encrypted_content`` (always:
+    they are the state of a ``store: false`` conversation)."""
+    if not isinstance(response, dict):
+        return []
+    ids = []
+    own = response.get("id")
+    if stores(request) and isinstance(own, str) and _ID.fullmatch(own):
+        ids.append(own)
+    output = response.get("output")
+    if isinstance(output, list):
+        ids.extend(str(item["id"]) for item in output if _encrypted(item))
+    return ids
 
 
 def parse_resource(api: str, response_id: str) -> ApiRequest:
@@ -183,6 +220,7 @@ class ResponsesStreamObserver(TypedEventObserver):
     def __init__(self, clock: Any, *, collect: bool = False) -> None:
         super().__init__(clock, collect=collect)
         self.sequence = -1
+        self.response: dict[str, Any] | None = None  # the terminal event's response object (for ids_to_record)
         self._skeleton: dict[str, Any] | None = None
 
     def _observe_typed(self, kind: str, event: dict[str, Any]) -> None:
@@ -199,6 +237,7 @@ class ResponsesStreamObserver(TypedEventObserver):
         elif kind in _TERMINAL or kind == "response.failed":
             self.done = True
             if isinstance(response, dict):
+                self.response = response
                 self.tokens = usage_of(response) or self.tokens
                 if isinstance(response.get("status"), str):
                     self.finish_reasons.append(response["status"])
