@@ -21,7 +21,7 @@ Each :class:`Api` row says, for one API:
   (headers that carry the client's key: read, never forwarded).
 
 :func:`match` finds the row and the ``{id}`` for a method and path; :func:`supported_paths`
-lists every path (the 404 for any other path names them; ``docs/apis.md``).
+lists every path (``docs/apis.md``); :func:`unknown_path` is the 404 (or 405) for any other one.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, MethodNotAllowedError, NotFoundError
 from gateway.keys.pricing import TokenUsage
 from gateway.protocol import embeddings, messages, responses
 from gateway.protocol.api_request import ApiRequest
@@ -132,3 +132,14 @@ def supported_paths() -> list[str]:
     """``"METHOD path"`` of every API, in table order (what a 404 names)."""
     return [f"{api.method} {path}" for api in APIS for path in api.paths]
 
+
+
+def unknown_path(method: str, path: str) -> NotFoundError | MethodNotAllowedError:
+    """The error for a request no API serves: 405 (with ``Allow``) when another method is served at
+    ``path``, else the 404 kvgate answers today, naming where the supported paths are listed."""
+    methods = methods_at(path)
+    if methods:
+        return MethodNotAllowedError(f"Method {method} is not allowed on {path}; allowed: {', '.join(methods)}.",
+                                     headers={"Allow": ", ".join(methods)})
+    return NotFoundError(f"Unknown path: {method} {path}. kvgate routes: {', '.join(supported_paths())} "
+                         "(docs/apis.md).")

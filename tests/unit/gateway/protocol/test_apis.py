@@ -64,3 +64,11 @@ def test_parse_through_the_table() -> None:
     retrieve, ident = apis.match("GET", "/v1/responses/resp_9")  # type: ignore[misc]
     assert retrieve.parse(b"", ident).state_id == "resp_9"
     assert retrieve.usage({"id": "resp_9"}) is None
+
+
+def test_unknown_path_is_a_404_naming_the_routes_or_a_405() -> None:
+    missing = apis.unknown_path("POST", "/v1/nope")
+    assert missing.status == 404 and missing.message.startswith("Unknown path: POST /v1/nope.")
+    assert "POST /v1/responses" in missing.message
+    wrong = apis.unknown_path("PUT", "/v1/responses/resp_1")
+    assert wrong.status == 405 and wrong.headers == {"Allow": "DELETE, GET"}
