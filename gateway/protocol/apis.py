@@ -93,9 +93,9 @@ APIS: tuple[Api, ...] = (
         lambda _: None, None, messages.error_body, client_headers=messages.CLIENT_HEADERS),
     Api(embeddings.EMBEDDINGS, "POST", ("/v1/embeddings",), _body(embeddings.parse_embeddings),
         embeddings.usage_of, serves="pooling"),
-    Api(embeddings.RERANK, "POST", ("/v1/rerank", "/rerank", "/v2/rerank"), _body(embeddings.parse_rerank),
-        embeddings.usage_of, serves="pooling"),
-    Api(embeddings.SCORE, "POST", ("/v1/score", "/score"), _body(embeddings.parse_score), embeddings.usage_of,
+    Api(embeddings.RERANK, "POST", ("/v1/rerank",), _body(embeddings.parse_rerank), embeddings.usage_of,
+        serves="pooling"),
+    Api(embeddings.SCORE, "POST", ("/v1/score",), _body(embeddings.parse_score), embeddings.usage_of,
         serves="pooling"),
 )
 """Every API, in the order the docs list them."""
@@ -126,6 +126,12 @@ def match(method: str, path: str) -> tuple[Api, str | None] | None:
 def methods_at(path: str) -> list[str]:
     """The methods some API serves at ``path`` (for a 405's ``Allow``); empty if none."""
     return sorted({api.method for api in APIS if (found := match(api.method, path)) is not None and found[0] is api})
+
+
+def upstream_path(path: str) -> str:
+    """The path to append to an endpoint's ``base_url`` (which ends in ``/v1``) for a client's
+    ``path``: ``/v1/responses/resp_1/cancel`` -> ``/responses/resp_1/cancel``."""
+    return path[3:] if path.startswith("/v1/") else path
 
 
 def supported_paths() -> list[str]:

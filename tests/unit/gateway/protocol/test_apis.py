@@ -72,3 +72,8 @@ def test_unknown_path_is_a_404_naming_the_routes_or_a_405() -> None:
     assert "POST /v1/responses" in missing.message
     wrong = apis.unknown_path("PUT", "/v1/responses/resp_1")
     assert wrong.status == 405 and wrong.headers == {"Allow": "DELETE, GET"}
+
+
+def test_upstream_path_is_below_the_v1_base() -> None:
+    assert apis.upstream_path("/v1/responses/resp_1/cancel") == "/responses/resp_1/cancel"
+    assert apis.upstream_path("/v1/messages") == "/messages"
