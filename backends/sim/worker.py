@@ -1,9 +1,10 @@
 """One simulated vLLM worker: its configuration and the objects it is built from.
 
 :class:`SimConfig` is the declarative description (served model name, engine preset, output
-policy, start-up faults, seed, task: ``generate`` or ``embed``, whether Responses are stored). :class:`SimWorker` builds, from a config and an injected
-:class:`~backends.sim.clock.Clock`, everything a worker owns: tokenizer, engine (scheduler,
-prefix cache, latency model), metrics, fault injector and a seeded id generator. The HTTP surface
+policy, start-up faults, seed, task: ``generate`` or ``embed``, whether Responses are stored).
+:class:`SimWorker` builds, from a config and an injected :class:`~backends.sim.clock.Clock`,
+everything a worker owns: tokenizer, engine (scheduler, prefix cache, latency model), metrics,
+fault injector, a seeded id generator and the stored Responses. The HTTP surface
 is in :mod:`backends.sim.server`; nothing here is global, so many workers can share one process
 and one event loop.
 """
