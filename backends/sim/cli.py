@@ -46,6 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fault", action="append", default=[], metavar="SPEC",
                         help="worker-wide fault at start (repeatable), e.g. error:status=503,p=0.1")
     parser.add_argument("--seed", type=int, default=0, help="seed of ids, outputs and faults")
+    parser.add_argument("--task", default="generate", choices=("generate", "embed"),
+                        help="generate (chat, completions, responses, messages) or embed (/v1/embeddings)")
+    parser.add_argument("--embedding-dim", type=int, default=384, help="vector length of an embed worker")
+    parser.add_argument("--no-responses-store", dest="responses_store", action="store_false",
+                        help="do not keep stored responses (vLLM without VLLM_ENABLE_RESPONSES_API_STORE)")
 
 
 def parse_latency(text: str) -> LatencyModel:
@@ -70,6 +75,8 @@ def build_configs(args: argparse.Namespace) -> list[SimConfig]:
     faults = tuple(parse_fault(spec) for spec in args.fault)
     if not 0.0 <= args.reasoning_fraction <= 1.0:
         raise ValueError("--reasoning-fraction must be within 0..1")
+    if getattr(args, "embedding_dim", 384) < 1:
+        raise ValueError("--embedding-dim must be at least 1")
     return [
         SimConfig(
             model=args.model,
@@ -77,6 +84,9 @@ def build_configs(args: argparse.Namespace) -> list[SimConfig]:
             output=OutputPolicy(length, args.reasoning_fraction, args.seed + index),
             faults=faults,
             seed=args.seed + index,
+            task=getattr(args, "task", "generate"),
+            responses_store=getattr(args, "responses_store", True),
+            embedding_dim=getattr(args, "embedding_dim", 384),
         )
         for index in range(args.count)
     ]

@@ -68,13 +68,13 @@ async def handle_generation(worker: SimWorker, request: web.Request, *, chat: bo
     worker.in_flight += 1
     try:
         try:
-            body = await _read_json(request)
+            body = await read_json(request)
             fault = worker.injector.pick(request.headers.get(FAULT_HEADER))
         except RequestError as exc:
             return json_response(exc.body, exc.status)
         except FaultSpecError as exc:
             return json_response(error_body(str(exc), "BadRequestError", 400, FAULT_HEADER), 400)
-        early = await _pre_header_fault(worker, fault)
+        early = await pre_header_fault(worker, fault)
         if early is not None:
             return early
         try:
@@ -94,7 +94,7 @@ async def handle_generation(worker: SimWorker, request: web.Request, *, chat: bo
         worker.in_flight -= 1
 
 
-async def _read_json(request: web.Request) -> dict[str, Any]:
+async def read_json(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
     try:
         body = orjson.loads(raw)
@@ -105,7 +105,7 @@ async def _read_json(request: web.Request) -> dict[str, Any]:
     return body
 
 
-async def _pre_header_fault(worker: SimWorker, fault: Fault | None) -> web.Response | None:
+async def pre_header_fault(worker: SimWorker, fault: Fault | None) -> web.Response | None:
     if fault is None:
         return None
     if fault.kind == "error":

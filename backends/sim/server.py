@@ -3,6 +3,10 @@
 Routes (vLLM 0.32 names and bodies):
 
 - ``POST /v1/chat/completions``, ``POST /v1/completions``: :mod:`backends.sim.generation`;
+- ``POST /v1/responses``, ``GET /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel``,
+  ``DELETE`` (405), ``POST /v1/messages``, ``POST /v1/messages/count_tokens`` and, on an
+  ``embed`` worker instead of the generation paths, ``POST /v1/embeddings``: :mod:`backends.sim.apis`
+  (the other task's paths answer vLLM's 404 ``{"detail": "Not Found"}``);
 - ``GET /v1/models``, ``GET /health`` (200, empty body), ``GET /version``, ``GET /load``,
   ``POST /tokenize`` (prompt or messages), ``POST /detokenize``, ``GET /metrics``,
   ``POST /reset_prefix_cache``;
@@ -19,6 +23,7 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
+from backends.sim import apis
 from backends.sim.faults import FaultSpecError, parse_fault
 from backends.sim.generation import RequestError, check_messages, handle_generation, json_response
 from backends.sim.prometheus import render
@@ -125,8 +130,7 @@ def build_app(worker: SimWorker) -> web.Application:
         await worker.stop()
 
     app.cleanup_ctx.append(lifecycle)
-    app.router.add_post("/v1/chat/completions", chat_completions)
-    app.router.add_post("/v1/completions", completions)
+    _add_task_routes(app, worker)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
@@ -139,6 +143,36 @@ def build_app(worker: SimWorker) -> web.Application:
     app.router.add_post("/admin/faults", faults_add)
     app.router.add_delete("/admin/faults", faults_clear)
     return app
+
+
+def _bound(handler, worker: SimWorker):  # type: ignore[no-untyped-def]
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await handler(request, worker)
+
+    return handle
+
+
+_GENERATE_POSTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages",
+                   "/v1/messages/count_tokens")
+
+
+def _add_task_routes(app: web.Application, worker: SimWorker) -> None:
+    """The inference routes of the worker's task; the other task's paths get vLLM's 404."""
+    router = app.router
+    if worker.config.task == "embed":
+        router.add_post("/v1/embeddings", _bound(apis.create_embeddings, worker))
+        for path in _GENERATE_POSTS:
+            router.add_post(path, apis.not_found)
+        return
+    router.add_post("/v1/chat/completions", chat_completions)
+    router.add_post("/v1/completions", completions)
+    router.add_post("/v1/responses", _bound(apis.create_response, worker))
+    router.add_get("/v1/responses/{response_id}", _bound(apis.get_response, worker))
+    router.add_post("/v1/responses/{response_id}/cancel", _bound(apis.cancel_response, worker))
+    router.add_delete("/v1/responses/{response_id}", _bound(apis.delete_response, worker))
+    router.add_post("/v1/messages", _bound(apis.create_message, worker))
+    router.add_post("/v1/messages/count_tokens", _bound(apis.count_tokens, worker))
+    router.add_post("/v1/embeddings", apis.not_found)
 
 
 async def serve(workers: list[SimWorker], host: str, first_port: int) -> list[web.AppRunner]:

@@ -1,9 +1,10 @@
 """One simulated vLLM worker: its configuration and the objects it is built from.
 
 :class:`SimConfig` is the declarative description (served model name, engine preset, output
-policy, start-up faults, seed). :class:`SimWorker` builds, from a config and an injected
-:class:`~backends.sim.clock.Clock`, everything a worker owns: tokenizer, engine (scheduler,
-prefix cache, latency model), metrics, fault injector and a seeded id generator. The HTTP surface
+policy, start-up faults, seed, task: ``generate`` or ``embed``, whether Responses are stored).
+:class:`SimWorker` builds, from a config and an injected :class:`~backends.sim.clock.Clock`,
+everything a worker owns: tokenizer, engine (scheduler, prefix cache, latency model), metrics,
+fault injector, a seeded id generator and the stored Responses. The HTTP surface
 is in :mod:`backends.sim.server`; nothing here is global, so many workers can share one process
 and one event loop.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from backends.sim.apis import ResponseStore
 from backends.sim.clock import Clock, LoopClock
 from backends.sim.engine import SimEngine
 from backends.sim.faults import Fault, FaultInjector
@@ -32,6 +34,9 @@ class SimConfig:
     output: OutputPolicy = field(default_factory=OutputPolicy)
     faults: tuple[Fault, ...] = ()
     seed: int = 0
+    task: str = "generate"  # "generate" (chat, completions, responses, messages) or "embed" (embeddings)
+    responses_store: bool = True  # keep stored responses (vLLM: VLLM_ENABLE_RESPONSES_API_STORE=1)
+    embedding_dim: int = 384  # length of an embed worker's vectors
 
     @property
     def root(self) -> str:
@@ -53,6 +58,7 @@ class SimWorker:
         self._ids = random.Random(f"ids:{config.seed}")
         self.fingerprint = f"vllm-{VLLM_VERSION}-sim{config.seed:04x}"
         self.in_flight = 0
+        self.responses = ResponseStore()
         for fault in config.faults:
             self.add_fault(fault)
 

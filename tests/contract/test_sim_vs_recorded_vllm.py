@@ -2,8 +2,9 @@
 
 The simulator runs the ``vllm-cpu`` preset (128-token blocks, 2,048-token context, SmolLM2's
 chat template) with zero latency and a virtual clock; the real side is the recording in
-``data/vllm_cpu_recorded.json``. ``tests/e2e/test_sim_contract.py`` repeats the comparison
-against a live worker.
+``data/vllm_cpu_recorded.json`` (chat, completions, tokenize, metrics) and ``data/vllm_cpu_apis/``
+(Responses, Messages, embeddings; compared by ``api_checks.py``). ``tests/e2e/test_sim_contract.py``
+repeats the first comparison against a live worker.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from backends.sim.latency import LatencyModel
 from backends.sim.presets import get_preset
 from backends.sim.server import serve
 from backends.sim.worker import SimConfig, SimWorker
-from tests.contract import checks
+from tests.contract import api_checks, checks, vllm_apis
 from tests.contract.vllm_surface import Recorded, load_recorded, record
 
 MODEL = "smollm2"
@@ -79,3 +80,50 @@ def test_metric_names_and_labels(sim_recorded: dict[str, Recorded], real: dict[s
 
 def test_health_is_200_with_an_empty_body(sim_recorded: dict[str, Recorded]) -> None:
     assert (sim_recorded["health"].status, sim_recorded["health"].text) == (200, "")
+
+
+# --- Responses, Messages, embeddings (issue 19): data/vllm_cpu_apis/, script in vllm_apis.py ---------------------
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def sim_apis() -> AsyncIterator[dict[str, Recorded]]:
+    preset = get_preset("vllm-cpu").with_overrides(latency=LatencyModel(0.0, 0.0, 0.0))
+    worker = SimWorker(SimConfig(model=MODEL, preset=preset), ManualClock())
+    runners = await serve([worker], "127.0.0.1", 0)
+    port = runners[0].addresses[0][1]
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            yield await vllm_apis.play(client, MODEL)
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+
+
+@pytest.fixture(scope="module")
+def real_apis() -> dict[str, Recorded]:
+    return vllm_apis.load()
+
+
+@pytest.mark.parametrize("name", [name for name, *_ in vllm_apis.script(MODEL)])
+def test_api_same_status(name: str, sim_apis: dict[str, Recorded], real_apis: dict[str, Recorded]) -> None:
+    assert sim_apis[name].status == real_apis[name].status
+
+
+@pytest.mark.parametrize("name", api_checks.SAME_SHAPE)
+def test_api_same_shape(name: str, sim_apis: dict[str, Recorded], real_apis: dict[str, Recorded]) -> None:
+    api_checks.same_shape(real_apis[name], sim_apis[name])
+
+
+@pytest.mark.parametrize("name", api_checks.STREAMS)
+def test_api_same_stream_events(name: str, sim_apis: dict[str, Recorded], real_apis: dict[str, Recorded]) -> None:
+    api_checks.same_typed_stream(real_apis[name], sim_apis[name])
+
+
+@pytest.mark.parametrize("name", api_checks.ERRORS)
+def test_api_same_errors(name: str, sim_apis: dict[str, Recorded], real_apis: dict[str, Recorded]) -> None:
+    api_checks.same_api_error(real_apis[name], sim_apis[name])
+
+
+def test_api_usage_reads_alike(sim_apis: dict[str, Recorded], real_apis: dict[str, Recorded]) -> None:
+    for side in (real_apis, sim_apis):
+        api_checks.usage_behaviour(side)

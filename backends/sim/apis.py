@@ -1,0 +1,323 @@
+"""The simulated worker's Responses, Messages and embeddings endpoints (vLLM 0.32's behaviour).
+
+- ``POST /v1/responses`` (stream and not): ``instructions`` + ``input`` (+ the stored chain of
+  ``previous_response_id``) go through the chat template and the engine like a chat request;
+  ``max_output_tokens`` bounds the output. The answer is stored (``store`` not false) when the
+  worker keeps responses (``SimConfig.responses_store``, as vLLM with
+  ``VLLM_ENABLE_RESPONSES_API_STORE=1``; bounded to :data:`STORED_RESPONSES`, oldest out).
+  ``GET /v1/responses/{id}`` returns a stored one, else 404 ``Response with id '...' not found.``
+  (also for an unknown ``previous_response_id``); ``POST .../cancel`` of a stored (synchronous)
+  response is vLLM's 400 ``Cannot cancel a synchronous response.``; ``DELETE`` is 405.
+- ``POST /v1/messages`` (stream and not) and ``/v1/messages/count_tokens``: Anthropic's shapes,
+  errors included (``{"type": "error", "error": {...}}``).
+- ``POST /v1/embeddings`` on a worker whose ``task`` is ``embed`` (``kvgate sim --task embed``):
+  one deterministic unit vector per input (:func:`~backends.sim.api_bodies.embedding`); the
+  prompt goes through the engine for one token so queueing, latency and metrics behave as a
+  request's. A generate worker answers it (and an embed worker the generation paths) with 404
+  ``{"detail": "Not Found"}``, as vLLM does.
+
+Worker-wide and per-request faults that strike before the status line (``error``, ``rate-limit``,
+``hang-before-headers``) apply here too; in a stream, ``stream-error`` ends it with the API's
+error event after N tokens and ``drop-after`` cuts the connection.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from backends.sim import api_bodies as bodies
+from backends.sim.engine import GenerationHandle, PromptTooLong
+from backends.sim.faults import FAULT_HEADER, Fault, FaultSpecError
+from backends.sim.generation import RequestError, json_response, pre_header_fault, read_json
+from backends.sim.responses import error_body
+from backends.sim.tokenizer import message_text
+
+if TYPE_CHECKING:
+    from backends.sim.worker import SimWorker
+
+STORED_RESPONSES = 1024
+NOT_FOUND = {"detail": "Not Found"}
+_SSE = {"Content-Type": "text/event-stream; charset=utf-8"}
+
+
+class ResponseStore:
+    """Stored responses of one worker: id -> (response object, the conversation up to its output)."""
+
+    def __init__(self, capacity: int = STORED_RESPONSES) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = OrderedDict()
+
+    def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
+        self._items[response["id"]] = (response, conversation)
+        while len(self._items) > self.capacity:
+            self._items.popitem(last=False)
+
+    def get(self, rid: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        return self._items.get(rid)
+
+
+def _unknown_response(rid: str) -> RequestError:
+    return RequestError(404, f"Response with id '{rid}' not found.", "invalid_request_error", "response_id")
+
+
+def _check_model(worker: SimWorker, body: dict[str, Any]) -> None:
+    model = body.get("model")
+    if model is not None and model != worker.config.model:
+        raise RequestError(404, f"The model `{model}` does not exist. Valid aliases: {worker.config.model}.",
+                           "NotFoundError", "model")
+
+
+def _input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    items = body.get("input")
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    if not isinstance(items, list):
+        raise RequestError(400, "input must be a string or a list of items", "BadRequestError", "input")
+    out = []
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("role"), str):
+            out.append({"role": item["role"], "content": message_text(item)})
+    return out
+
+
+def _conversation(worker: SimWorker, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Stored chain of ``previous_response_id`` + this input (``instructions`` are not carried)."""
+    previous = body.get("previous_response_id")
+    history: list[dict[str, Any]] = []
+    if previous is not None:
+        found = worker.responses.get(str(previous))
+        if found is None:
+            raise _unknown_response(str(previous))
+        history = [m for m in found[1] if m["role"] != "system"]
+    return history + _input_messages(body)
+
+
+def _tokens(worker: SimWorker, system: str | None, messages: list[dict[str, Any]]) -> list[int]:
+    head = [{"role": "system", "content": system}] if system else []
+    return worker.tokenizer.apply_chat_template(head + messages)
+
+
+def _counts(worker: SimWorker, handle: GenerationHandle) -> bodies.Counts:
+    created = handle.request.created_blocks * worker.config.preset.block_size
+    return bodies.Counts(handle.prompt_tokens, handle.cached_tokens, created, handle.emitted)
+
+
+async def _serve(worker: SimWorker, request: web.Request, error: Callable[[RequestError], web.Response],
+                 run: Callable[[dict[str, Any], Fault | None], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """The common script: read the body, pick the fault, play a pre-header fault, run, map errors."""
+    worker.in_flight += 1
+    try:
+        try:
+            body = await read_json(request)
+            fault = worker.injector.pick(request.headers.get(FAULT_HEADER))
+        except FaultSpecError as exc:
+            return error(RequestError(400, str(exc), "BadRequestError", FAULT_HEADER))
+        early = await pre_header_fault(worker, fault)
+        if early is not None:
+            return early
+        return await run(body, fault)
+    except RequestError as exc:
+        return error(exc)
+    except PromptTooLong as exc:
+        return error(RequestError(400, str(exc), "BadRequestError", "input_tokens"))
+    finally:
+        worker.in_flight -= 1
+
+
+def _openai_error(exc: RequestError) -> web.Response:
+    return json_response(exc.body, exc.status)
+
+
+def _anthropic_error(exc: RequestError) -> web.Response:
+    return json_response(bodies.anthropic_error(str(exc), exc.body["error"]["type"]), exc.status)
+
+
+async def _generate(worker: SimWorker, prompt: list[int], max_tokens: Any, salt: Any) -> GenerationHandle:
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+        raise RequestError(400, f"max_tokens must be at least 1, got {max_tokens}.", "BadRequestError", "max_tokens")
+    return await worker.engine.submit(prompt, max_tokens, salt if isinstance(salt, str) else None)
+
+
+async def _until_done(handle: GenerationHandle) -> None:
+    while not handle.done:
+        await handle.wait(handle.emitted)
+
+
+async def _stream(request: web.Request, handle: GenerationHandle, fault: Fault | None, head: bytes,
+                  token: Callable[[str], bytes], error: Callable[[str], bytes], tail: Callable[[], bytes]) -> web.StreamResponse:
+    """Relay ``handle``'s tokens as typed SSE events; ``stream-error``/``drop-after`` after N tokens."""
+    response = web.StreamResponse(status=200, headers=_SSE)
+    await handle.wait(0)
+    await response.prepare(request)
+    await response.write(head)
+    stop_at = fault.tokens if fault is not None and fault.kind in ("stream-error", "drop-after") else None
+    sent = 0
+    while True:
+        upto = handle.emitted if stop_at is None else min(handle.emitted, stop_at)
+        if upto > sent:
+            await response.write(b"".join(token(handle.output.pieces[i]) for i in range(sent, upto)))
+            sent = upto
+        if stop_at is not None and sent >= stop_at and fault is not None:
+            if fault.kind == "drop-after" and request.transport is not None:
+                request.transport.abort()
+                return response
+            await response.write(error(fault.message))
+            await response.write_eof()
+            return response
+        if handle.done and sent >= handle.emitted:
+            break
+        await handle.wait(sent)
+    await response.write(tail())
+    await response.write_eof()
+    return response
+
+
+async def create_response(request: web.Request, worker: SimWorker) -> web.StreamResponse:
+    """``POST /v1/responses``."""
+
+    async def run(body: dict[str, Any], fault: Fault | None) -> web.StreamResponse:
+        _check_model(worker, body)
+        conversation = _conversation(worker, body)
+        instructions = body.get("instructions") if isinstance(body.get("instructions"), str) else None
+        handle = await _generate(worker, _tokens(worker, instructions, conversation), body.get("max_output_tokens"),
+                                 body.get("cache_salt"))
+        try:
+            rid, item = worker.new_id("resp").replace("-", "_"), worker.new_id("msg").replace("-", "_")
+            created = int(worker.clock.wall())
+
+            def final() -> dict[str, Any]:
+                text = "".join(handle.output.pieces[: handle.emitted])
+                status = "incomplete" if handle.finish_reason == "length" else "completed"
+                answer = bodies.response_object(rid, created, worker.config.model, body, status=status,
+                                                output=[bodies.output_message(item, text)],
+                                                usage=bodies.responses_usage(_counts(worker, handle)))
+                if worker.config.responses_store and body.get("store") is not False:
+                    worker.responses.put(answer, [*conversation, {"role": "assistant", "content": text}])
+                return answer
+
+            if body.get("stream") is True:
+                skeleton = bodies.response_object(rid, created, worker.config.model, body, status="in_progress",
+                                                  output=[], usage=None)
+                events = bodies.ResponsesStream(skeleton, item)
+                return await _stream(request, handle, fault, events.head(), events.token, events.error,
+                                     lambda: events.tail("".join(handle.output.pieces[: handle.emitted]), final()))
+            await _until_done(handle)
+            return json_response(final())
+        finally:
+            worker.engine.abort(handle)
+
+    return await _serve(worker, request, _openai_error, run)
+
+
+async def get_response(request: web.Request, worker: SimWorker) -> web.Response:
+    """``GET /v1/responses/{id}``."""
+    rid = request.match_info["response_id"]
+    found = worker.responses.get(rid)
+    if found is None:
+        return _openai_error(_unknown_response(rid))
+    return json_response(found[0])
+
+
+async def cancel_response(request: web.Request, worker: SimWorker) -> web.Response:
+    """``POST /v1/responses/{id}/cancel``: every simulated response is synchronous."""
+    rid = request.match_info["response_id"]
+    if worker.responses.get(rid) is None:
+        return _openai_error(_unknown_response(rid))
+    return json_response(error_body("Cannot cancel a synchronous response.", "invalid_request_error", 400,
+                                    "response_id"), 400)
+
+
+async def delete_response(request: web.Request, worker: SimWorker) -> web.Response:
+    """``DELETE /v1/responses/{id}``: vLLM 0.32 has no such route."""
+    return json_response({"detail": "Method Not Allowed"}, 405)
+
+
+def _anthropic_messages(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
+    system = body.get("system")
+    if isinstance(system, list):
+        system = "".join(b.get("text", "") for b in system if isinstance(b, dict))
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "messages must be a non-empty list", "BadRequestError", "messages")
+    out = [{"role": str(m.get("role")), "content": message_text(m)} for m in messages if isinstance(m, dict)]
+    return (system if isinstance(system, str) and system else None), out
+
+
+async def create_message(request: web.Request, worker: SimWorker) -> web.StreamResponse:
+    """``POST /v1/messages``."""
+
+    async def run(body: dict[str, Any], fault: Fault | None) -> web.StreamResponse:
+        _check_model(worker, body)
+        system, messages = _anthropic_messages(body)
+        handle = await _generate(worker, _tokens(worker, system, messages), body.get("max_tokens"),
+                                 body.get("cache_salt"))
+        try:
+            mid, model = worker.new_id("chatcmpl"), worker.config.model
+            if body.get("stream") is True:
+                events = bodies.MessagesStream(mid, model)
+                return await _stream(request, handle, fault, events.head(handle.prompt_tokens), events.token,
+                                     events.error,
+                                     lambda: events.tail(handle.finish_reason or "stop", _counts(worker, handle)))
+            await _until_done(handle)
+            text = "".join(handle.output.pieces[: handle.emitted])
+            return json_response(bodies.message_object(mid, model, text, handle.finish_reason or "stop",
+                                                       _counts(worker, handle)))
+        finally:
+            worker.engine.abort(handle)
+
+    return await _serve(worker, request, _anthropic_error, run)
+
+
+async def count_tokens(request: web.Request, worker: SimWorker) -> web.StreamResponse:
+    """``POST /v1/messages/count_tokens``."""
+
+    async def run(body: dict[str, Any], fault: Fault | None) -> web.StreamResponse:
+        _check_model(worker, body)
+        system, messages = _anthropic_messages(body)
+        count = len(_tokens(worker, system, messages))
+        return json_response({"input_tokens": count, "context_management": {"original_input_tokens": count}})
+
+    return await _serve(worker, request, _anthropic_error, run)
+
+
+def _embedding_inputs(worker: SimWorker, value: Any) -> list[list[int]]:
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, list) and value and all(isinstance(t, int) for t in value):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise RequestError(400, "input must be a string, a list of strings or token ids", "BadRequestError", "input")
+    return [worker.tokenizer.encode(v) if isinstance(v, str) else list(v) for v in value]
+
+
+async def create_embeddings(request: web.Request, worker: SimWorker) -> web.StreamResponse:
+    """``POST /v1/embeddings`` (an ``embed`` worker)."""
+
+    async def run(body: dict[str, Any], fault: Fault | None) -> web.StreamResponse:
+        _check_model(worker, body)
+        inputs = _embedding_inputs(worker, body.get("input"))
+        dim = body.get("dimensions") or worker.config.embedding_dim
+        if not isinstance(dim, int) or not 0 < dim <= worker.config.embedding_dim:
+            raise RequestError(400, f"dimensions must be within 1..{worker.config.embedding_dim}", "BadRequestError",
+                               "dimensions")
+        data = []
+        for index, tokens in enumerate(inputs):
+            handle = await worker.engine.submit(tokens, 1, None)
+            try:
+                await _until_done(handle)
+            finally:
+                worker.engine.abort(handle)
+            data.append(bodies.embedding_data(index, bodies.embedding(tokens, dim), str(body.get("encoding_format"))))
+        return json_response(bodies.embeddings_response(worker.new_id("embd"), int(worker.clock.wall()),
+                                                        worker.config.model, data, sum(map(len, inputs))))
+
+    return await _serve(worker, request, _openai_error, run)
+
+
+async def not_found(request: web.Request) -> web.Response:
+    """What vLLM answers on a path its model's task does not serve."""
+    return json_response(NOT_FOUND, 404)

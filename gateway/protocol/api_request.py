@@ -1,0 +1,119 @@
+"""The request view every API module returns: the few fields kvgate reads, and the original bytes.
+
+Chat and text completions keep :class:`~gateway.protocol.openai.InferenceRequest`; the APIs added
+by issue 19 (Responses, Messages, embeddings, rerank, score) parse into an :class:`ApiRequest`:
+its ``api`` (the row name in :mod:`gateway.protocol.apis`), ``model``, ``stream``, the parsed
+``body`` (read-only) and the ``raw`` bytes forwarded as they came (re-serialized only when the
+endpoint serves the model under another name). ``prompt`` is the chat-shaped view kvgate hashes
+for prefix routing and reads for route selection (None: the API has no prompt to hash), so
+:class:`~gateway.prefix.hashing.PromptHasher` and :mod:`gateway.selection.prompt` read every API
+through the one chat canonical form. ``state_id`` is the stored response the request depends on
+(``previous_response_id``, or the ``{id}`` of ``GET /v1/responses/{id}``), routed by affinity.
+
+:func:`load_object` and :func:`require_model` are the parse steps every API shares, with the
+same messages (and 400 ``invalid_request_error``) as the chat parser.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.errors import InvalidRequestError
+from gateway.protocol.openai import InferenceRequest, Operation
+from gateway.protocol.validation import check_depth
+
+
+@dataclass(slots=True)  # made per request, never changed: not frozen (a frozen __init__ costs ~5x)
+class ApiRequest:
+    """A validated request of a non-chat API.
+
+    Attributes:
+        api: the API's name in :data:`gateway.protocol.apis.APIS` (``responses``, ``messages``, ...).
+        model: the public model name or alias the client sent ("" for a request about a stored
+            response, which names none: it is routed by ``state_id`` alone).
+        stream: whether the client asked for SSE.
+        body: the parsed JSON object (treat as read-only); ``{}`` for a body-less request.
+        raw: the original body bytes.
+        prompt: the chat-shaped view for prefix hashing and route selection, or None.
+        state_id: the stored response this request needs (its endpoint holds it), or None.
+    """
+
+    api: str
+    model: str
+    stream: bool
+    body: dict[str, Any]
+    raw: bytes
+    prompt: InferenceRequest | None = None
+    state_id: str | None = None
+
+    def body_for(self, served_model: str) -> bytes:
+        """The bytes to send to an endpoint serving ``served_model`` (the original unless renamed)."""
+        if served_model == self.model or not self.model:
+            return self.raw
+        return orjson.dumps({**self.body, "model": served_model})
+
+
+def invalid(message: str, param: str | None = None) -> InvalidRequestError:
+    """A 400 ``invalid_request_error`` naming ``param``."""
+    return InvalidRequestError(message, param=param)
+
+
+def load_object(raw: bytes) -> dict[str, Any]:
+    """``raw`` parsed as a JSON object, nesting bounded (:func:`~gateway.protocol.validation.check_depth`).
+
+    Raises:
+        InvalidRequestError: not JSON, not an object, or nested too deep.
+    """
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise invalid(
+            "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
+            "using your HTTP library correctly. The OpenAI API expects a JSON payload.)"
+        ) from None
+    if not isinstance(body, dict):
+        raise invalid("The request body must be a JSON object.")
+    check_depth(raw, body)
+    return body
+
+
+def require_model(body: dict[str, Any]) -> str:
+    """The body's ``model``: a non-empty string (InvalidRequestError otherwise)."""
+    model = body.get("model")
+    if model is None:
+        raise invalid("Missing required parameter: 'model'.", "model")
+    if not isinstance(model, str) or not model:
+        raise invalid("Invalid type for 'model': expected a non-empty string.", "model")
+    return model
+
+
+def optional(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str) -> Any:
+    """``body[name]`` if absent/null or of ``kinds`` (a bool is never an int); else a 400 naming it."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) and bool not in kinds:
+        raise invalid(f"Invalid type for '{name}': expected {what}, but got a boolean instead.", name)
+    if not isinstance(value, kinds):
+        raise invalid(f"Invalid type for '{name}': expected {what}.", name)
+    return value
+
+
+def chat_view(model: str, stream: bool, body: dict[str, Any], raw: bytes,
+              messages: list[dict[str, Any]], tools: Any = None) -> InferenceRequest:
+    """A chat-shaped :class:`InferenceRequest` over ``messages`` for the hasher and the selector.
+
+    Carries the fields those read besides the messages: ``tools``, ``cache_salt``,
+    ``prompt_cache_key``, ``user`` and the reasoning switches (``reasoning``).
+    """
+    view: dict[str, Any] = {"model": model, "messages": messages}
+    if tools:
+        view["tools"] = tools
+    for name in ("cache_salt", "prompt_cache_key", "user", "reasoning"):
+        value = body.get(name)
+        if value is not None:
+            view[name] = value
+    return InferenceRequest(Operation.CHAT, model, stream, view, raw)

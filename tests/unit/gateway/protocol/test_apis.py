@@ -1,0 +1,79 @@
+"""The table of APIs: matching paths, the rows' flags, parse through the table."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from gateway.errors import InvalidRequestError
+from gateway.protocol import apis
+from gateway.protocol.openai import InferenceRequest
+
+
+@pytest.mark.parametrize("method, path, name, ident", [
+    ("POST", "/v1/chat/completions", "chat", None),
+    ("POST", "/v1/completions", "completions", None),
+    ("POST", "/v1/responses", "responses", None),
+    ("GET", "/v1/responses/resp_1", "responses.retrieve", "resp_1"),
+    ("POST", "/v1/responses/resp_1/cancel", "responses.cancel", "resp_1"),
+    ("DELETE", "/v1/responses/resp_1", "responses.delete", "resp_1"),
+    ("POST", "/v1/messages", "messages", None),
+    ("POST", "/v1/messages/count_tokens", "messages.count_tokens", None),
+    ("POST", "/v1/embeddings", "embeddings", None),
+    ("POST", "/v1/rerank", "rerank", None),
+    ("POST", "/v1/score", "score", None),
+])
+def test_match(method: str, path: str, name: str, ident: str | None) -> None:
+    found = apis.match(method, path)
+    assert found is not None and (found[0].name, found[1]) == (name, ident)
+
+
+@pytest.mark.parametrize("method, path", [
+    ("GET", "/v1/responses"), ("GET", "/v1/responses/"), ("GET", "/v1/responses/a/b"),
+    ("POST", "/v1/nope"), ("GET", "/v1/messages"), ("POST", "/v1/responses/x/cancel/more"),
+])
+def test_no_match(method: str, path: str) -> None:
+    assert apis.match(method, path) is None
+
+
+def test_methods_at_for_a_405() -> None:
+    assert apis.methods_at("/v1/responses/resp_1") == ["DELETE", "GET"]
+    assert apis.methods_at("/v1/messages") == ["POST"]
+    assert apis.methods_at("/v1/nope") == []
+
+
+def test_rows() -> None:
+    rows = apis.BY_NAME
+    assert [name for name, api in rows.items() if api.continuable] == ["chat"]
+    assert {name for name, api in rows.items() if api.serves == "pooling"} == {"embeddings", "rerank", "score"}
+    assert {name for name, api in rows.items() if api.state == "reads"} == {
+        "responses.retrieve", "responses.cancel", "responses.delete"}
+    assert rows["responses"].state == "creates" and rows["messages"].client_headers
+    assert {name for name, api in rows.items() if api.hashed} == {"chat", "completions", "responses", "messages"}
+    assert all(api.observer is None for api in rows.values() if api.serves == "pooling")
+    error = InvalidRequestError("bad", param="model")
+    assert orjson.loads(rows["messages"].error_body(error))["type"] == "error"
+    assert orjson.loads(rows["responses"].error_body(error))["error"]["param"] == "model"
+    assert "POST /v1/responses" in apis.supported_paths()
+
+
+def test_parse_through_the_table() -> None:
+    chat, _ = apis.match("POST", "/v1/chat/completions")  # type: ignore[misc]
+    parsed = chat.parse(orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}), None)
+    assert isinstance(parsed, InferenceRequest)
+    retrieve, ident = apis.match("GET", "/v1/responses/resp_9")  # type: ignore[misc]
+    assert retrieve.parse(b"", ident).state_id == "resp_9"
+    assert retrieve.usage({"id": "resp_9"}) is None
+
+
+def test_unknown_path_is_a_404_naming_the_routes_or_a_405() -> None:
+    missing = apis.unknown_path("POST", "/v1/nope")
+    assert missing.status == 404 and missing.message.startswith("Unknown path: POST /v1/nope.")
+    assert "POST /v1/responses" in missing.message
+    wrong = apis.unknown_path("PUT", "/v1/responses/resp_1")
+    assert wrong.status == 405 and wrong.headers == {"Allow": "DELETE, GET"}
+
+
+def test_upstream_path_is_below_the_v1_base() -> None:
+    assert apis.upstream_path("/v1/responses/resp_1/cancel") == "/responses/resp_1/cancel"
+    assert apis.upstream_path("/v1/messages") == "/messages"
