@@ -78,6 +78,7 @@ class Decision:
         ttl_s: how long a queued request may wait (the route's limit), seconds.
         retry_after_s: whole seconds for ``Retry-After`` when shed, else None.
         wake: waiters of the primary the caller should release now (admitted with room for all).
+        queued_s: seconds the request waited in the gateway queue (set by the gate).
     """
 
     action: Action
@@ -87,6 +88,7 @@ class Decision:
     ttl_s: float = 0.0
     retry_after_s: int | None = None
     wake: int = 0
+    queued_s: float = 0.0
 
     @property
     def status(self) -> int | None:

@@ -1,0 +1,134 @@
+"""The admission step of the director: judge, then queue and wait, spill or shed; hand slots on.
+
+:class:`AdmissionGate` puts the pure parts together for one request. It reads the live state
+through three small callables, so it imports nothing above its layer and tests need no app:
+
+* ``loads(cluster) -> list[EndpointLoad]``: the routable endpoints now (``saturation.endpoint_loads``
+  over the registry snapshot and the stats board's fresh scrapes);
+* ``service_s(cluster) -> float``: the load model's service time of the cluster (the tracker's EWMA);
+* ``price_usd(cluster) -> float``: the request's estimated price on the cluster (for spill budgets).
+
+Use (the director, between route selection and scheduling)::
+
+    decision = await gate.admit(chain[0], key=key_name, header=headers.get("x-priority"),
+                                limit_s=..., spill_to=..., allow_spill=..., budget_left_usd=...)
+    if decision.action is Action.SHED: raise decision.error()
+    # decision.cluster serves it (a spill target when reason == "spill_saturated")
+    ...
+    gate.finished(cluster)   # when its in-flight slot is released (the attempt's end), exactly once
+
+:meth:`AdmissionGate.judge` is the same decision without side effects (the explain endpoint).
+With ``enabled = false`` every request is admitted at once and nothing is computed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from gateway.admission.decision import Action, Decision, SpillTarget, decide, resolve_priority
+from gateway.admission.queue import AdmissionQueue, Outcome
+from gateway.admission.saturation import EndpointLoad, Saturation, cluster_saturation
+from gateway.config.admission import AdmissionSettings
+
+_ADMIT = Decision(Action.ADMIT, "", "free", 0.0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Judgement:
+    """A decision and what it was made from (for explain and metrics)."""
+
+    decision: Decision
+    priority: int
+    primary: Saturation | None = None
+    targets: tuple[SpillTarget, ...] = ()
+
+
+class AdmissionGate:
+    """One per app; event-loop only (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Callable[[], AdmissionSettings],
+        queue: AdmissionQueue,
+        *,
+        loads: Callable[[str], Sequence[EndpointLoad]],
+        service_s: Callable[[str], float],
+        price_usd: Callable[[str], float] = lambda cluster: 0.0,
+        quantile: float = 0.99,
+    ) -> None:
+        self._settings = settings
+        self.queue = queue
+        self._loads = loads
+        self._service_s = service_s
+        self._price_usd = price_usd
+        self._quantile = quantile
+
+    def _saturation(self, cluster: str, priority: int, limit_s: float, settings: AdmissionSettings) -> Saturation:
+        return cluster_saturation(
+            cluster, self._loads(cluster), service_s=self._service_s(cluster), limit_s=limit_s,
+            queued=self.queue.ahead_of(cluster, priority), quantile=self._quantile,
+            drain_quantile=settings.drain_quantile,
+        )
+
+    def judge(
+        self,
+        cluster: str,
+        *,
+        key: str,
+        header: str | None = None,
+        limit_s: float | None = None,
+        spill_to: Sequence[str] = (),
+        allow_spill: bool = True,
+        budget_left_usd: float | None = None,
+        queue_room: str | None = None,
+    ) -> Judgement:
+        """The admission decision for a request on ``cluster`` now, with no side effects."""
+        settings = self._settings()
+        if not settings.enabled:
+            return Judgement(dataclasses.replace(_ADMIT, cluster=cluster), 0)
+        key_settings = settings.key(key)
+        priority = resolve_priority(key_settings, header)
+        limit = limit_s if limit_s is not None else settings.max_queue_wait_s
+        primary = self._saturation(cluster, priority, limit, settings)
+        if queue_room is None:
+            queue_room = self.queue.room(cluster, key, priority)
+            if key_settings.max_queued is not None and self.queue.key_depth(key) >= key_settings.max_queued:
+                queue_room = "key_limit"
+        targets = tuple(
+            SpillTarget(self._saturation(name, priority, limit, settings), self._price_usd(name))
+            for name in spill_to if name != cluster
+        ) if primary.wait_s > 0 else ()
+        decision = decide(primary, limit_s=limit, queued=self.queue.ahead_of(cluster, priority),
+                          queue_room=queue_room, spill=targets, allow_spill=allow_spill,
+                          budget_left_usd=budget_left_usd)
+        return Judgement(decision, priority, primary, targets)
+
+    async def admit(self, cluster: str, *, key: str, **options: object) -> Decision:
+        """Decide, and for ``queue`` wait in the gateway queue until admitted (``reason=queued``,
+        ``queued_s`` set) or, after the TTL or an eviction, decide again (spill or shed).
+
+        Takes :meth:`judge`'s keyword options. A cancelled caller leaves the queue at once.
+        """
+        judgement = self.judge(cluster, key=key, **options)  # type: ignore[arg-type]
+        decision = judgement.decision
+        if decision.wake:
+            self.queue.release(cluster, decision.wake)
+        if decision.action is not Action.QUEUE:
+            return decision
+        weight = self._settings().key(key).weight
+        ticket = self.queue.enqueue(cluster, key, ttl_s=decision.ttl_s, priority=judgement.priority, weight=weight)
+        outcome = await self.queue.wait(ticket)
+        waited = ticket.waited_s or 0.0
+        if outcome is Outcome.ADMITTED:
+            return dataclasses.replace(decision, action=Action.ADMIT, queued_s=waited)
+        options = {**options, "queue_room": "capacity"}
+        again = self.judge(cluster, key=key, **options).decision  # type: ignore[arg-type]
+        if again.action is Action.QUEUE:  # cannot happen with queue_room set; never wait twice
+            again = dataclasses.replace(again, action=Action.SHED, reason="shed_capacity", retry_after_s=1)
+        return dataclasses.replace(again, queued_s=waited)
+
+    def finished(self, cluster: str) -> None:
+        """A request on ``cluster`` released its in-flight slot: hand the slot to the next waiter."""
+        if self.queue.depth(cluster):
+            self.queue.release(cluster)
