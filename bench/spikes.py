@@ -161,9 +161,10 @@ async def run_row(row: str, args: argparse.Namespace, shape: Shape, traffic: Tra
 
 
 def _first_error(log: Path) -> str:
-    for line in log.read_text(errors="replace").splitlines():
-        if "admission" in line or "Extra inputs" in line or "invalid" in line.lower():
-            return line.strip()[:120]
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    for index, line in enumerate(lines):
+        if "invalid configuration" in line:
+            return " ".join(lines[index + 1:index + 3])[:140]
     return f"see {log}"
 
 
