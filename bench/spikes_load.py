@@ -15,9 +15,9 @@ Columns per (row, load step), :func:`summarise`:
   and failed otherwise (transport errors, other statuses: should be 0);
 * ``usd_per_1k``: cost of 1,000 answered requests at the clusters' prices (usage tokens);
 * ``quiet_share``: the quiet tenant's requests answered by the local cluster within their SLO,
-  over its max-min fair share of the local capacity during the step (``capacity * step_s``
-  requests, water-filled over the two tenants' actual request counts, equal weights; capped at
-  1), and ``jain``: Jain's fairness index over the two tenants' ``served / fair share``
+  over its fair share of the local capacity during the step (``capacity * step_s`` requests,
+  given to the classes in priority order and within a class water-filled over the tenants'
+  actual request counts, equal weights: the max-min allocation admission aims at; capped at 1), and ``jain``: Jain's fairness index over the two tenants' ``served / fair share``
   (R. Jain, D. Chiu, W. Hawe, DEC-TR-301, 1984; 1 = perfectly fair).
 """
 
@@ -148,6 +148,18 @@ def fair_shares(demands: dict[str, float], capacity: float) -> dict[str, float]:
     return shares
 
 
+def class_fair_shares(samples: Sequence[Sample], capacity: float) -> dict[str, float]:
+    """Each tenant's fair share of ``capacity`` requests: classes in priority order, max-min within each."""
+    fair = dict.fromkeys(TENANTS, 0.0)
+    for cls in CLASSES:
+        demand = {t: float(sum(1 for s in samples if s.tenant == t and s.cls == cls)) for t in TENANTS}
+        shares = fair_shares(demand, capacity)
+        capacity = max(0.0, capacity - sum(shares.values()))
+        for tenant, share in shares.items():
+            fair[tenant] += share
+    return fair
+
+
 def jain(values: Sequence[float]) -> float:
     """Jain's fairness index of ``values`` (1 = equal)."""
     square = sum(v * v for v in values)
@@ -180,8 +192,7 @@ def summarise(row: str, samples: list[Sample], traffic: Traffic, local: str, man
                               or (s.status == 200 and s.ttft_s is None))
         cost = sum(_cost(s, traffic) for s in answered)
         columns["usd_per_1k"] = round(1000 * cost / len(answered), 4) if answered else None
-        demand = {t: float(sum(1 for s in mine if s.tenant == t)) for t in TENANTS}
-        fair = fair_shares(demand, traffic.capacity_rps * traffic.step_s)
+        fair = class_fair_shares(mine, traffic.capacity_rps * traffic.step_s)
         served = {t: sum(1 for s in good if s.tenant == t and s.cluster == local) for t in TENANTS}
         ratios = [min(served[t] / fair[t], 1.0) if fair[t] else 1.0 for t in TENANTS]
         columns["quiet_share"] = round(min(served["quiet"] / fair["quiet"], 1.0), 3) if fair["quiet"] else None

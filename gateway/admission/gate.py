@@ -64,10 +64,12 @@ class AdmissionGate:
         self._price_usd = price_usd
         self._quantile = quantile
 
-    def _saturation(self, cluster: str, priority: int, limit_s: float, settings: AdmissionSettings) -> Saturation:
+    def _saturation(
+        self, cluster: str, key: str, priority: int, limit_s: float, settings: AdmissionSettings
+    ) -> Saturation:
         return cluster_saturation(
             cluster, self._loads(cluster), service_s=self._service_s(cluster), limit_s=limit_s,
-            queued=self.queue.ahead_of(cluster, priority), quantile=self._quantile,
+            queued=self.queue.ahead_of(cluster, priority, key), quantile=self._quantile,
             drain_quantile=settings.drain_quantile,
         )
 
@@ -90,16 +92,16 @@ class AdmissionGate:
         key_settings = settings.key(key)
         priority = resolve_priority(key_settings, header)
         limit = limit_s if limit_s is not None else settings.max_queue_wait_s
-        primary = self._saturation(cluster, priority, limit, settings)
+        primary = self._saturation(cluster, key, priority, limit, settings)
         if queue_room is None:
             queue_room = self.queue.room(cluster, key, priority)
             if key_settings.max_queued is not None and self.queue.key_depth(key) >= key_settings.max_queued:
                 queue_room = "key_limit"
         targets = tuple(
-            SpillTarget(self._saturation(name, priority, limit, settings), self._price_usd(name))
+            SpillTarget(self._saturation(name, key, priority, limit, settings), self._price_usd(name))
             for name in spill_to if name != cluster
         ) if primary.wait_s > 0 else ()
-        decision = decide(primary, limit_s=limit, queued=self.queue.ahead_of(cluster, priority),
+        decision = decide(primary, limit_s=limit, queued=self.queue.ahead_of(cluster, priority, key),
                           queue_room=queue_room, spill=targets, allow_spill=allow_spill,
                           budget_left_usd=budget_left_usd)
         return Judgement(decision, priority, primary, targets)

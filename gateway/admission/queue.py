@@ -132,9 +132,23 @@ class AdmissionQueue:
         band = self._bands.get((cluster, priority))
         return band.live if band is not None else 0
 
-    def ahead_of(self, cluster: str, priority: int) -> int:
-        """Waiters on ``cluster`` a new request of ``priority`` would queue behind (its priority or higher)."""
-        return sum(band.live for (name, p), band in self._bands.items() if name == cluster and p <= priority)
+    def ahead_of(self, cluster: str, priority: int, key: str | None = None) -> int:
+        """Waiters on ``cluster`` a new request of ``priority`` would queue behind.
+
+        Every waiter of a higher priority; of its own priority, every one without ``key``, and with
+        ``key`` only those whose start tag is below the one it would get (its place in SFQ order:
+        a quiet key's request passes a loud key's backlog).
+        """
+        ahead = 0
+        for (name, p), band in self._bands.items():
+            if name != cluster or p > priority or not band.live:
+                continue
+            if p < priority or key is None:
+                ahead += band.live
+                continue
+            start = max(band.vtime, band.finish.get(key, band.vtime))
+            ahead += sum(1 for s, _, t in band.heap if s <= start and t.outcome is Outcome.WAITING)
+        return ahead
 
     def key_depth(self, key: str) -> int:
         """Waiters of ``key`` on every cluster."""

@@ -179,3 +179,14 @@ async def test_the_default_timer_is_the_event_loops() -> None:
     queue = AdmissionQueue()
     ticket = queue.enqueue("c", "k", ttl_s=0.0)
     assert await asyncio.wait_for(queue.wait(ticket), 1.0) is Outcome.TIMED_OUT
+
+
+def test_ahead_of_counts_the_place_a_key_would_get() -> None:
+    queue, _ = make()
+    for _ in range(6):
+        queue.enqueue("c", "loud", ttl_s=10, priority=1)
+    queue.enqueue("c", "urgent", ttl_s=10, priority=0)
+    queue.enqueue("c", "later", ttl_s=10, priority=2)
+    assert queue.ahead_of("c", 1) == 7  # its priority and above, whatever the key
+    assert queue.ahead_of("c", 1, "loud") == 7  # behind its own backlog
+    assert queue.ahead_of("c", 1, "quiet") == 2  # passes the loud backlog: urgent + the loud head (same tag)
