@@ -18,7 +18,7 @@ slower, wider, pricier simulated cluster), and per row a fresh ``kvgate serve`` 
 3. **Columns** per load step: see ``bench/spikes_load.py``. TTFT SLOs: interactive 1.0 s,
    batch 4.0 s (``--slo-interactive``, ``--slo-batch``).
 
-    python -m bench.spikes                 # all rows, 0.5x, 1x, 1.5x, 2x, 3x, 10 s each (~4 min)
+    python -m bench.spikes                 # all rows, 0.5x, 1x, 1.5x, 2x, 3x, 8 s each (~3.5 min)
     python -m bench.spikes --quick         # the 'none' row, 1x and 3x, 5 s each (< 1 min)
     python -m bench.spikes --rows none,spill --json
 """
@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import orjson
 
 from backends.sim.presets import get_preset
 from bench import procs
@@ -71,11 +73,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.spikes", description=__doc__.split("\n")[0])
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated: none, queue, spill")
     parser.add_argument("--loads", default="0.5,1,1.5,2,3", help="load steps, multiples of capacity")
-    parser.add_argument("--step-s", type=float, default=10.0, help="seconds per load step")
+    parser.add_argument("--step-s", type=float, default=8.0, help="seconds per load step")
     parser.add_argument("--quick", action="store_true", help="row 'none', loads 1,3, 5 s steps")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seqs", type=int, default=4, help="local batch size (--max-num-seqs)")
     parser.add_argument("--max-queue-wait-s", type=float, default=0.75, help="the route's wait limit")
+    parser.add_argument("--batch-max-queue-wait-s", type=float, default=3.0, help="batch requests' wait limit")
     parser.add_argument("--slo-interactive", type=float, default=1.0)
     parser.add_argument("--slo-batch", type=float, default=4.0)
     parser.add_argument("--capacity-rps", type=float, help="skip the measurement, use this")
@@ -89,11 +92,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def kvgate_config(port: int, local: list[str], managed: list[str], shape: Shape, row: str, wait_s: float) -> str:
+def kvgate_config(port: int, local: list[str], managed: list[str], shape: Shape, row: str, wait_s: float,
+                  batch_wait_s: float) -> str:
     """The row's kvgate TOML: clusters ``local`` and ``managed``, route ``spiky``, two keys."""
     lines = ["[server]", 'host = "127.0.0.1"', f"port = {port}", 'log_level = "warning"', "",
              "[health]", "interval_s = 1.0", ""]
-    for name, urls, slots in (("local", local, shape.seqs), ("managed", managed, shape.managed_seqs)):
+    # one slot over the batch keeps a request waiting in each engine, so its batch never runs a step short
+    for name, urls, slots in (("local", local, shape.seqs + 1), ("managed", managed, shape.managed_seqs)):
         price_in, price_out = PRICES[name]
         lines += [f"[clusters.{name}]", f"[clusters.{name}.price]", f"input_per_mtok = {price_in}",
                   f"output_per_mtok = {price_out}", f"[clusters.{name}.selection]",
@@ -110,7 +115,8 @@ def kvgate_config(port: int, local: list[str], managed: list[str], shape: Shape,
     for tenant, secret in KEYS.items():
         lines += ["[[auth.keys]]", f'name = "{tenant}"', f'key = "{secret}"', ""]
     if row != "none":
-        lines += ["[admission]", "enabled = true", f"max_queue_wait_s = {wait_s}", ""]
+        lines += ["[admission]", "enabled = true", f"max_queue_wait_s = {wait_s}",
+                  f"batch_max_queue_wait_s = {batch_wait_s}", ""]
         for tenant in KEYS:
             lines += [f"[admission.keys.{tenant}]", "weight = 1.0", "allow_priority_header = true", ""]
     return "\n".join(lines)
@@ -141,7 +147,7 @@ async def run_row(row: str, args: argparse.Namespace, shape: Shape, traffic: Tra
                   local: list[str], managed: list[str], port: int) -> list[dict]:
     """One row: a fresh kvgate with the row's config, the ramp, the summary per load step."""
     config = args.out / f"spikes-{row}.toml"
-    text = kvgate_config(port, local, managed, shape, row, args.max_queue_wait_s)
+    text = kvgate_config(port, local, managed, shape, row, args.max_queue_wait_s, args.batch_max_queue_wait_s)
     if args.gateway_config is not None:
         text += "\n" + args.gateway_config.read_text()
     config.write_text(text)
@@ -157,6 +163,8 @@ async def run_row(row: str, args: argparse.Namespace, shape: Shape, traffic: Tra
         samples = await ramp(f"http://127.0.0.1:{port}", traffic)
     finally:
         gateway.stop()
+    with (args.out / f"spikes-samples-{row}.jsonl").open("wb") as out:
+        out.writelines(orjson.dumps(dataclasses.asdict(sample)) + b"\n" for sample in samples)
     return summarise(row, samples, traffic, "local", "managed")
 
 
@@ -204,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "spikes.jsonl").write_text(to_json(rows) + "\n")
     print(f"local capacity: predicted {predicted:.2f} req/s from the preset, measured {measured:.2f} req/s "
           f"(ramp base); SLO TTFT interactive {args.slo_interactive} s, batch {args.slo_batch} s; "
-          f"wait limit {args.max_queue_wait_s} s; {time.monotonic() - started:.0f} s")
+          f"wait limit {args.max_queue_wait_s} s (batch {args.batch_max_queue_wait_s} s); "
+          f"{time.monotonic() - started:.0f} s")
     print(to_json(rows) if args.json else format_table(rows))
     return 1 if any(row.get("lost") for row in rows) else 0
 

@@ -13,6 +13,9 @@ Columns per (row, load step), :func:`summarise`:
 * TTFT p50/p99 in ms of answered requests, per class and per tenant;
 * ``spilled`` / ``shed`` / ``lost``: shares served by the managed cluster, refused with 429/503,
   and failed otherwise (transport errors, other statuses: should be 0);
+* ``retry_vs_drain``: median over sheds of ``Retry-After`` over the actual drain time (the
+  longest TTFT of a same-class request answered locally that was sent in the 0.5 s before the
+  shed: it waited behind the same backlog); within 0.5..2 is the goal;
 * ``usd_per_1k``: cost of 1,000 answered requests at the clusters' prices (usage tokens);
 * ``quiet_share``: the quiet tenant's requests answered by the local cluster within their SLO,
   over its fair share of the local capacity during the step (``capacity * step_s`` requests,
@@ -67,6 +70,7 @@ class Sample:
     completion_tokens: int = 0
     retry_after_s: float | None = None
     error: str | None = None
+    sent_at: float = 0.0
 
 
 def arrivals(traffic: Traffic) -> list[tuple[float, int, str, str]]:
@@ -92,7 +96,7 @@ async def _one(session: aiohttp.ClientSession, url: str, traffic: Traffic, sampl
             "messages": [{"role": "user", "content": f"request {index} of {sample.tenant}: say something"}]}
     headers = {"Authorization": f"Bearer {traffic.keys[sample.tenant]}", "X-Priority": sample.cls,
                "Content-Type": "application/json"}
-    sent = time.monotonic()
+    sent = sample.sent_at = time.monotonic()
     try:
         async with session.post(url, data=orjson.dumps(body), headers=headers) as reply:
             sample.status = reply.status
@@ -197,10 +201,23 @@ def summarise(row: str, samples: list[Sample], traffic: Traffic, local: str, man
         ratios = [min(served[t] / fair[t], 1.0) if fair[t] else 1.0 for t in TENANTS]
         columns["quiet_share"] = round(min(served["quiet"] / fair["quiet"], 1.0), 3) if fair["quiet"] else None
         columns["jain"] = round(jain(ratios), 3)
-        sheds = [s.retry_after_s for s in mine if s.retry_after_s is not None]
-        columns["retry_after_p50_s"] = percentile(sheds, 0.5) if sheds else None
+        sheds = [s for s in mine if s.retry_after_s is not None]
+        columns["retry_after_p50_s"] = percentile([s.retry_after_s for s in sheds], 0.5) if sheds else None
+        columns["retry_vs_drain"] = _retry_vs_drain(sheds, [s for s in answered if s.cluster == local])
         out.append(columns)
     return out
+
+
+def _retry_vs_drain(sheds: list[Sample], local: list[Sample]) -> float | None:
+    """Median of ``Retry-After / drain`` over sheds; drain: the longest TTFT of a request of the same
+    class answered locally that was sent in the 0.5 s before the shed (it waited behind the same
+    backlog: the time that backlog took to drain)."""
+    ratios = []
+    for shed in sheds:
+        near = [s.ttft_s for s in local if s.cls == shed.cls and shed.sent_at - 0.5 <= s.sent_at <= shed.sent_at]
+        if near and shed.retry_after_s:
+            ratios.append(shed.retry_after_s / max(max(near), 1e-3))  # type: ignore[type-var]
+    return round(percentile(ratios, 0.5), 2) if ratios else None
 
 
 def _cost(sample: Sample, traffic: Traffic) -> float:
@@ -210,7 +227,7 @@ def _cost(sample: Sample, traffic: Traffic) -> float:
 
 COLUMNS = ("row", "load", "requests", "goodput", "interactive_in_slo", "interactive_p50_ms", "interactive_p99_ms",
            "batch_p50_ms", "batch_p99_ms", "loud_p50_ms", "loud_p99_ms", "quiet_p50_ms", "quiet_p99_ms",
-           "spilled", "shed", "lost", "usd_per_1k", "quiet_share", "jain")
+           "spilled", "shed", "lost", "retry_vs_drain", "usd_per_1k", "quiet_share", "jain")
 
 
 def format_table(rows: list[dict]) -> str:

@@ -29,12 +29,9 @@ from collections.abc import Callable, Sequence
 from gateway.admission.decision import Action, Decision, SpillTarget, decide, resolve_priority
 from gateway.admission.queue import AdmissionQueue, Outcome
 from gateway.admission.saturation import EndpointLoad, Saturation, cluster_saturation
-from gateway.config.admission import AdmissionSettings
+from gateway.config.admission import AdmissionKeySettings, AdmissionSettings
 
-_ADMIT = Decision(Action.ADMIT, "", "free", 0.0)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)  # made per request, never changed: not frozen
 class Judgement:
     """A decision and what it was made from (for explain and metrics)."""
 
@@ -63,6 +60,16 @@ class AdmissionGate:
         self._service_s = service_s
         self._price_usd = price_usd
         self._quantile = quantile
+        self._default: tuple[AdmissionSettings | None, AdmissionKeySettings] = (None, AdmissionKeySettings())
+
+    def _key(self, settings: AdmissionSettings, key: str) -> AdmissionKeySettings:
+        """``settings.key(key)``, with the default made once per settings object (a pydantic model costs ~10 us)."""
+        found = settings.keys.get(key)
+        if found is not None:
+            return found
+        if self._default[0] is not settings:
+            self._default = (settings, settings.key(""))
+        return self._default[1]
 
     def _saturation(
         self, cluster: str, key: str, priority: int, limit_s: float, settings: AdmissionSettings
@@ -88,10 +95,10 @@ class AdmissionGate:
         """The admission decision for a request on ``cluster`` now, with no side effects."""
         settings = self._settings()
         if not settings.enabled:
-            return Judgement(dataclasses.replace(_ADMIT, cluster=cluster), 0)
-        key_settings = settings.key(key)
+            return Judgement(Decision(Action.ADMIT, cluster, "free", 0.0), 0)
+        key_settings = self._key(settings, key)
         priority = resolve_priority(key_settings, header)
-        limit = limit_s if limit_s is not None else settings.max_queue_wait_s
+        limit = settings.wait_limit(limit_s, priority)
         primary = self._saturation(cluster, key, priority, limit, settings)
         if queue_room is None:
             queue_room = self.queue.room(cluster, key, priority)
@@ -118,7 +125,7 @@ class AdmissionGate:
             self.queue.release(cluster, decision.wake)
         if decision.action is not Action.QUEUE:
             return decision
-        weight = self._settings().key(key).weight
+        weight = self._key(self._settings(), key).weight
         ticket = self.queue.enqueue(cluster, key, ttl_s=decision.ttl_s, priority=judgement.priority, weight=weight)
         outcome = await self.queue.wait(ticket)
         waited = ticket.waited_s or 0.0

@@ -139,6 +139,8 @@ class AdmissionQueue:
         ``key`` only those whose start tag is below the one it would get (its place in SFQ order:
         a quiet key's request passes a loud key's backlog).
         """
+        if not self._depth.get(cluster):
+            return 0
         ahead = 0
         for (name, p), band in self._bands.items():
             if name != cluster or p > priority or not band.live:
@@ -156,6 +158,8 @@ class AdmissionQueue:
 
     def room(self, cluster: str, key: str, priority: int = 0) -> str | None:
         """None if :meth:`enqueue` would take a waiter, else why not (``key_limit`` or ``capacity``)."""
+        if not self._depth and self.max_depth > 0:
+            return None
         if self.max_per_key is not None and self._per_key.get(key, 0) >= self.max_per_key:
             return "key_limit"
         if self._depth.get(cluster, 0) >= self.max_depth and not any(

@@ -53,6 +53,9 @@ class AdmissionSettings(_Section):
         10.0, gt=0, description="A route's default wait limit: longest predicted wait before a request starts, and "
         "the queue's TTL."
     )
+    batch_max_queue_wait_s: float | None = Field(
+        None, gt=0, description="Wait limit of batch requests (their TTFT target is looser), s; None: the route's."
+    )
     max_queue_depth: int = Field(1024, ge=0, description="Most requests waiting in the gateway per cluster.")
     max_queued_per_key: int | None = Field(
         None, ge=0, description="Most requests of one key waiting at once (429 beyond); None: no per-key bound."
@@ -66,6 +69,12 @@ class AdmissionSettings(_Section):
     )
     default_priority: Priority = Field("interactive", description="Class of keys not listed in [admission.keys].")
     keys: dict[str, AdmissionKeySettings] = Field(default_factory=dict, description="Weights and classes by key name.")
+
+    def wait_limit(self, route_limit_s: float | None, priority: int) -> float:
+        """The wait limit of a request of ``priority`` (index into :data:`PRIORITIES`) on a route, s."""
+        if priority > 0 and self.batch_max_queue_wait_s is not None:
+            return self.batch_max_queue_wait_s
+        return route_limit_s if route_limit_s is not None else self.max_queue_wait_s
 
     def key(self, name: str) -> AdmissionKeySettings:
         """The settings of the key called ``name`` (defaults when it is not listed)."""

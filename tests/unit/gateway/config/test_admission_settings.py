@@ -41,3 +41,9 @@ def test_route_fields() -> None:
 def test_invalid(model: type, data: dict) -> None:
     with pytest.raises(ValidationError):
         model(**data)
+
+
+def test_batch_wait_limit() -> None:
+    settings = AdmissionSettings(max_queue_wait_s=2.0, batch_max_queue_wait_s=6.0)
+    assert (settings.wait_limit(None, 0), settings.wait_limit(1.0, 0), settings.wait_limit(1.0, 1)) == (2.0, 1.0, 6.0)
+    assert AdmissionSettings().wait_limit(1.0, 1) == 1.0
