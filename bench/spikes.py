@@ -97,8 +97,7 @@ def kvgate_config(port: int, local: list[str], managed: list[str], shape: Shape,
     """The row's kvgate TOML: clusters ``local`` and ``managed``, route ``spiky``, two keys."""
     lines = ["[server]", 'host = "127.0.0.1"', f"port = {port}", 'log_level = "warning"', "",
              "[health]", "interval_s = 1.0", ""]
-    # one slot over the batch keeps a request waiting in each engine, so its batch never runs a step short
-    for name, urls, slots in (("local", local, shape.seqs + 1), ("managed", managed, shape.managed_seqs)):
+    for name, urls, slots in (("local", local, shape.seqs), ("managed", managed, shape.managed_seqs)):
         price_in, price_out = PRICES[name]
         lines += [f"[clusters.{name}]", f"[clusters.{name}.price]", f"input_per_mtok = {price_in}",
                   f"output_per_mtok = {price_out}", f"[clusters.{name}.selection]",

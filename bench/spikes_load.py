@@ -20,7 +20,8 @@ Columns per (row, load step), :func:`summarise`:
 * ``quiet_share``: the quiet tenant's requests answered by the local cluster within their SLO,
   over its fair share of the local capacity during the step (``capacity * step_s`` requests,
   given to the classes in priority order and within a class water-filled over the tenants'
-  actual request counts, equal weights: the max-min allocation admission aims at; capped at 1), and ``jain``: Jain's fairness index over the two tenants' ``served / fair share``
+  actual request counts, equal weights: the max-min allocation admission aims at; capped at 1),
+  and ``jain``: Jain's fairness index over the two tenants' ``served / fair share``
   (R. Jain, D. Chiu, W. Hawe, DEC-TR-301, 1984; 1 = perfectly fair).
 """
 

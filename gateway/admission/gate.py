@@ -10,8 +10,8 @@ through three small callables, so it imports nothing above its layer and tests n
 
 Use (the director, between route selection and scheduling)::
 
-    decision = await gate.admit(chain[0], key=key_name, header=headers.get("x-priority"),
-                                limit_s=..., spill_to=..., allow_spill=..., budget_left_usd=...)
+    decision = await gate.admit(Ask(chain[0], key_name, headers.get("x-priority"), route.max_queue_wait_s,
+                                    route.spill_to, allow_spill=route.failover, budget_left_usd=...))
     if decision.action is Action.SHED: raise decision.error()
     # decision.cluster serves it (a spill target when reason == "spill_saturated")
     ...
@@ -30,6 +30,29 @@ from gateway.admission.decision import Action, Decision, SpillTarget, decide, re
 from gateway.admission.queue import AdmissionQueue, Outcome
 from gateway.admission.saturation import EndpointLoad, Saturation, cluster_saturation
 from gateway.config.admission import AdmissionKeySettings, AdmissionSettings
+
+@dataclasses.dataclass(slots=True)  # made per request, never changed: not frozen
+class Ask:
+    """One request's admission question.
+
+    Attributes:
+        cluster: the route's primary cluster.
+        key: the client key's name (fairness and per-key bounds).
+        header: the request's ``X-Priority``, if any.
+        limit_s: the route's ``max_queue_wait_s`` (None: ``[admission]``'s).
+        spill_to: the route's spill targets, in order (clusters of its chain).
+        allow_spill: False under ``X-Failover-Route: false``.
+        budget_left_usd: the key's remaining budget (None: no budget).
+    """
+
+    cluster: str
+    key: str
+    header: str | None = None
+    limit_s: float | None = None
+    spill_to: Sequence[str] = ()
+    allow_spill: bool = True
+    budget_left_usd: float | None = None
+
 
 @dataclasses.dataclass(slots=True)  # made per request, never changed: not frozen
 class Judgement:
@@ -80,25 +103,15 @@ class AdmissionGate:
             drain_quantile=settings.drain_quantile,
         )
 
-    def judge(
-        self,
-        cluster: str,
-        *,
-        key: str,
-        header: str | None = None,
-        limit_s: float | None = None,
-        spill_to: Sequence[str] = (),
-        allow_spill: bool = True,
-        budget_left_usd: float | None = None,
-        queue_room: str | None = None,
-    ) -> Judgement:
-        """The admission decision for a request on ``cluster`` now, with no side effects."""
+    def judge(self, ask: Ask, queue_room: str | None = None) -> Judgement:
+        """The admission decision for ``ask`` now, with no side effects (``queue_room``: force a refusal reason)."""
         settings = self._settings()
+        cluster, key = ask.cluster, ask.key
         if not settings.enabled:
             return Judgement(Decision(Action.ADMIT, cluster, "free", 0.0), 0)
         key_settings = self._key(settings, key)
-        priority = resolve_priority(key_settings, header)
-        limit = settings.wait_limit(limit_s, priority)
+        priority = resolve_priority(key_settings, ask.header)
+        limit = settings.wait_limit(ask.limit_s, priority)
         primary = self._saturation(cluster, key, priority, limit, settings)
         if queue_room is None:
             queue_room = self.queue.room(cluster, key, priority)
@@ -106,33 +119,34 @@ class AdmissionGate:
                 queue_room = "key_limit"
         targets = tuple(
             SpillTarget(self._saturation(name, key, priority, limit, settings), self._price_usd(name))
-            for name in spill_to if name != cluster
+            for name in ask.spill_to if name != cluster
         ) if primary.wait_s > 0 else ()
         decision = decide(primary, limit_s=limit, queued=self.queue.ahead_of(cluster, priority, key),
-                          queue_room=queue_room, spill=targets, allow_spill=allow_spill,
-                          budget_left_usd=budget_left_usd)
+                          queue_room=queue_room, spill=targets, allow_spill=ask.allow_spill,
+                          budget_left_usd=ask.budget_left_usd)
         return Judgement(decision, priority, primary, targets)
 
-    async def admit(self, cluster: str, *, key: str, **options: object) -> Decision:
+    async def admit(self, ask: Ask) -> Decision:
         """Decide, and for ``queue`` wait in the gateway queue until admitted (``reason=queued``,
         ``queued_s`` set) or, after the TTL or an eviction, decide again (spill or shed).
 
-        Takes :meth:`judge`'s keyword options. A cancelled caller leaves the queue at once.
+        A cancelled caller leaves the queue at once.
         """
-        judgement = self.judge(cluster, key=key, **options)  # type: ignore[arg-type]
+        judgement = self.judge(ask)
         decision = judgement.decision
         if decision.wake:
-            self.queue.release(cluster, decision.wake)
+            self.queue.release(ask.cluster, decision.wake)
         if decision.action is not Action.QUEUE:
             return decision
-        weight = self._key(self._settings(), key).weight
-        ticket = self.queue.enqueue(cluster, key, ttl_s=decision.ttl_s, priority=judgement.priority, weight=weight)
+        weight = self._key(self._settings(), ask.key).weight
+        ticket = self.queue.enqueue(
+            ask.cluster, ask.key, ttl_s=decision.ttl_s, priority=judgement.priority, weight=weight
+        )
         outcome = await self.queue.wait(ticket)
         waited = ticket.waited_s or 0.0
         if outcome is Outcome.ADMITTED:
             return dataclasses.replace(decision, action=Action.ADMIT, queued_s=waited)
-        options = {**options, "queue_room": "capacity"}
-        again = self.judge(cluster, key=key, **options).decision  # type: ignore[arg-type]
+        again = self.judge(ask, queue_room="capacity").decision
         if again.action is Action.QUEUE:  # cannot happen with queue_room set; never wait twice
             again = dataclasses.replace(again, action=Action.SHED, reason="shed_capacity", retry_after_s=1)
         return dataclasses.replace(again, queued_s=waited)

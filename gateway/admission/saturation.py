@@ -78,7 +78,9 @@ class Saturation:
         return self.wait_s == 0.0
 
 
-def endpoint_load(endpoint: Endpoint, scrape: Scrape | None, slots_per_endpoint: int, kv_saturated: float) -> EndpointLoad:
+def endpoint_load(
+    endpoint: Endpoint, scrape: Scrape | None, slots_per_endpoint: int, kv_saturated: float
+) -> EndpointLoad:
     """The :class:`EndpointLoad` of a routable ``endpoint`` given its fresh ``scrape`` (or None)."""
     slots = slots_per_endpoint * endpoint.spec.weight
     occupied = occupancy(endpoint, scrape)

@@ -67,7 +67,8 @@ def test_cluster_saturation(loads: list[EndpointLoad], queued: int, limit: float
 def test_one_endpoint_without_waiters_is_the_load_models_queue_wait() -> None:
     for occupied in range(12):
         wait, _ = queue_wait([(float(occupied), 4.0)], 8.0, 0.99)
-        assert cluster_saturation("c", [EndpointLoad(occupied, 4)], service_s=8.0, limit_s=1.0).wait_s == pytest.approx(wait)
+        result = cluster_saturation("c", [EndpointLoad(occupied, 4)], service_s=8.0, limit_s=1.0)
+        assert result.wait_s == pytest.approx(wait)
 
 
 def test_drain_is_the_median_and_no_endpoint_is_not_saturated() -> None:
