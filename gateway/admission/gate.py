@@ -43,6 +43,9 @@ class Ask:
         spill_to: the route's spill targets, in order (clusters of its chain).
         allow_spill: False under ``X-Failover-Route: false``.
         budget_left_usd: the key's remaining budget (None: no budget).
+        known_wait_s: the primary's predicted wait if route selection computed it already
+            (``ClusterView.wait_s``, the same load model): 0 with nobody queued admits at once,
+            with nothing recomputed (the unsaturated fast path).
     """
 
     cluster: str
@@ -52,6 +55,7 @@ class Ask:
     spill_to: Sequence[str] = ()
     allow_spill: bool = True
     budget_left_usd: float | None = None
+    known_wait_s: float | None = None
 
 
 @dataclasses.dataclass(slots=True)  # made per request, never changed: not frozen
@@ -83,7 +87,15 @@ class AdmissionGate:
         self._service_s = service_s
         self._price_usd = price_usd
         self._quantile = quantile
+        self._admit_now: dict[str, Decision] = {}
         self._default: tuple[AdmissionSettings | None, AdmissionKeySettings] = (None, AdmissionKeySettings())
+
+    def _free(self, cluster: str) -> Decision:
+        """The (immutable, shared) admit-at-once decision of ``cluster``."""
+        found = self._admit_now.get(cluster)
+        if found is None:
+            found = self._admit_now[cluster] = Decision(Action.ADMIT, cluster, "free", 0.0)
+        return found
 
     def _key(self, settings: AdmissionSettings, key: str) -> AdmissionKeySettings:
         """``settings.key(key)``, with the default made once per settings object (a pydantic model costs ~10 us)."""
@@ -107,8 +119,8 @@ class AdmissionGate:
         """The admission decision for ``ask`` now, with no side effects (``queue_room``: force a refusal reason)."""
         settings = self._settings()
         cluster, key = ask.cluster, ask.key
-        if not settings.enabled:
-            return Judgement(Decision(Action.ADMIT, cluster, "free", 0.0), 0)
+        if not settings.enabled or (ask.known_wait_s == 0.0 and not self.queue.depth(cluster)):
+            return Judgement(self._free(cluster), 0)
         key_settings = self._key(settings, key)
         priority = resolve_priority(key_settings, ask.header)
         limit = settings.wait_limit(ask.limit_s, priority)

@@ -99,3 +99,18 @@ def test_judge_has_no_side_effects_and_explains() -> None:
     assert judgement.primary is not None and judgement.primary.wait_s > 0
     assert [t.cluster for t in judgement.targets] == ["managed"]
     assert world.queue.depth("fast") == 0
+
+
+async def test_a_wait_route_selection_already_predicted_as_zero_admits_without_looking() -> None:
+    world = World()
+    world.occupied["fast"] = 100  # not read
+    decision = await world.gate.admit(Ask("fast", "k", known_wait_s=0.0))
+    assert (decision.action, decision.reason) == (Action.ADMIT, "free")
+    world.occupied["fast"] = 4
+    waiter = asyncio.ensure_future(world.gate.admit(Ask("fast", "k")))
+    await asyncio.sleep(0)
+    queued = world.gate.judge(Ask("fast", "k", known_wait_s=0.0))  # someone waits: no fast path
+    assert queued.decision.action is Action.QUEUE
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
