@@ -158,8 +158,6 @@ class AdmissionQueue:
 
     def room(self, cluster: str, key: str, priority: int = 0) -> str | None:
         """None if :meth:`enqueue` would take a waiter, else why not (``key_limit`` or ``capacity``)."""
-        if not self._depth and self.max_depth > 0:
-            return None
         if self.max_per_key is not None and self._per_key.get(key, 0) >= self.max_per_key:
             return "key_limit"
         if self._depth.get(cluster, 0) >= self.max_depth and not any(

@@ -190,3 +190,8 @@ def test_ahead_of_counts_the_place_a_key_would_get() -> None:
     assert queue.ahead_of("c", 1) == 7  # its priority and above, whatever the key
     assert queue.ahead_of("c", 1, "loud") == 7  # behind its own backlog
     assert queue.ahead_of("c", 1, "quiet") == 2  # passes the loud backlog: urgent + the loud head (same tag)
+
+
+def test_zero_bounds_refuse_everyone() -> None:
+    assert make(max_per_key=0)[0].room("c", "k") == "key_limit"
+    assert make(max_depth=0)[0].room("c", "k") == "capacity"
