@@ -22,7 +22,9 @@ Columns per (row, load step), :func:`summarise`:
   given to the classes in priority order and within a class water-filled over the tenants'
   actual request counts, equal weights: the max-min allocation admission aims at; capped at 1),
   and ``jain``: Jain's fairness index over the two tenants' ``served / fair share``
-  (R. Jain, D. Chiu, W. Hawe, DEC-TR-301, 1984; 1 = perfectly fair).
+  (R. Jain, D. Chiu, W. Hawe, DEC-TR-301, 1984; 1 = perfectly fair); ``quiet_of_delivered``:
+  the same share, but of what the local cluster actually delivered within SLO in the step
+  (fairness of the split, apart from how much capacity admission left unused).
 """
 
 from __future__ import annotations
@@ -202,6 +204,10 @@ def summarise(row: str, samples: list[Sample], traffic: Traffic, local: str, man
         ratios = [min(served[t] / fair[t], 1.0) if fair[t] else 1.0 for t in TENANTS]
         columns["quiet_share"] = round(min(served["quiet"] / fair["quiet"], 1.0), 3) if fair["quiet"] else None
         columns["jain"] = round(jain(ratios), 3)
+        delivered = class_fair_shares(mine, float(sum(served.values())))  # the split of what local delivered
+        columns["quiet_of_delivered"] = (
+            round(min(served["quiet"] / delivered["quiet"], 1.0), 3) if delivered["quiet"] else None
+        )
         sheds = [s for s in mine if s.retry_after_s is not None]
         columns["retry_after_p50_s"] = percentile([s.retry_after_s for s in sheds], 0.5) if sheds else None
         columns["retry_vs_drain"] = _retry_vs_drain(sheds, [s for s in answered if s.cluster == local])
@@ -228,7 +234,7 @@ def _cost(sample: Sample, traffic: Traffic) -> float:
 
 COLUMNS = ("row", "load", "requests", "goodput", "interactive_in_slo", "interactive_p50_ms", "interactive_p99_ms",
            "batch_p50_ms", "batch_p99_ms", "loud_p50_ms", "loud_p99_ms", "quiet_p50_ms", "quiet_p99_ms",
-           "spilled", "shed", "lost", "retry_vs_drain", "usd_per_1k", "quiet_share", "jain")
+           "spilled", "shed", "lost", "retry_vs_drain", "usd_per_1k", "quiet_share", "quiet_of_delivered", "jain")
 
 
 def format_table(rows: list[dict]) -> str:
