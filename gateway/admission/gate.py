@@ -1,0 +1,169 @@
+"""The admission step of the director: judge, then queue and wait, spill or shed; hand slots on.
+
+:class:`AdmissionGate` puts the pure parts together for one request. It reads the live state
+through three small callables, so it imports nothing above its layer and tests need no app:
+
+* ``loads(cluster) -> list[EndpointLoad]``: the routable endpoints now (``saturation.endpoint_loads``
+  over the registry snapshot and the stats board's fresh scrapes);
+* ``service_s(cluster) -> float``: the load model's service time of the cluster (the tracker's EWMA);
+* ``price_usd(cluster) -> float``: the request's estimated price on the cluster (for spill budgets).
+
+Use (the director, between route selection and scheduling)::
+
+    decision = await gate.admit(Ask(chain[0], key_name, headers.get("x-priority"), route.max_queue_wait_s,
+                                    route.spill_to, allow_spill=route.failover, budget_left_usd=...))
+    if decision.action is Action.SHED: raise decision.error()
+    # decision.cluster serves it (a spill target when reason == "spill_saturated")
+    ...
+    gate.finished(cluster)   # when its in-flight slot is released (the attempt's end), exactly once
+
+:meth:`AdmissionGate.judge` is the same decision without side effects (the explain endpoint).
+With ``enabled = false`` every request is admitted at once and nothing is computed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from gateway.admission.decision import Action, Decision, SpillTarget, decide, resolve_priority
+from gateway.admission.queue import AdmissionQueue, Outcome
+from gateway.admission.saturation import EndpointLoad, Saturation, cluster_saturation
+from gateway.config.admission import AdmissionKeySettings, AdmissionSettings
+
+@dataclasses.dataclass(slots=True)  # made per request, never changed: not frozen
+class Ask:
+    """One request's admission question.
+
+    Attributes:
+        cluster: the route's primary cluster.
+        key: the client key's name (fairness and per-key bounds).
+        header: the request's ``X-Priority``, if any.
+        limit_s: the route's ``max_queue_wait_s`` (None: ``[admission]``'s).
+        spill_to: the route's spill targets, in order (clusters of its chain).
+        allow_spill: False under ``X-Failover-Route: false``.
+        budget_left_usd: the key's remaining budget (None: no budget).
+        known_wait_s: the primary's predicted wait if route selection computed it already
+            (``ClusterView.wait_s``, the same load model): 0 with nobody queued admits at once,
+            with nothing recomputed (the unsaturated fast path).
+    """
+
+    cluster: str
+    key: str
+    header: str | None = None
+    limit_s: float | None = None
+    spill_to: Sequence[str] = ()
+    allow_spill: bool = True
+    budget_left_usd: float | None = None
+    known_wait_s: float | None = None
+
+
+@dataclasses.dataclass(slots=True)  # made per request, never changed: not frozen
+class Judgement:
+    """A decision and what it was made from (for explain and metrics)."""
+
+    decision: Decision
+    priority: int
+    primary: Saturation | None = None
+    targets: tuple[SpillTarget, ...] = ()
+
+
+class AdmissionGate:
+    """One per app; event-loop only (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Callable[[], AdmissionSettings],
+        queue: AdmissionQueue,
+        *,
+        loads: Callable[[str], Sequence[EndpointLoad]],
+        service_s: Callable[[str], float],
+        price_usd: Callable[[str], float] = lambda cluster: 0.0,
+        quantile: float = 0.99,
+    ) -> None:
+        self._settings = settings
+        self.queue = queue
+        self._loads = loads
+        self._service_s = service_s
+        self._price_usd = price_usd
+        self._quantile = quantile
+        self._admit_now: dict[str, Decision] = {}
+        self._default: tuple[AdmissionSettings | None, AdmissionKeySettings] = (None, AdmissionKeySettings())
+
+    def _free(self, cluster: str) -> Decision:
+        """The (immutable, shared) admit-at-once decision of ``cluster``."""
+        found = self._admit_now.get(cluster)
+        if found is None:
+            found = self._admit_now[cluster] = Decision(Action.ADMIT, cluster, "free", 0.0)
+        return found
+
+    def _key(self, settings: AdmissionSettings, key: str) -> AdmissionKeySettings:
+        """``settings.key(key)``, with the default made once per settings object (a pydantic model costs ~10 us)."""
+        found = settings.keys.get(key)
+        if found is not None:
+            return found
+        if self._default[0] is not settings:
+            self._default = (settings, settings.key(""))
+        return self._default[1]
+
+    def _saturation(
+        self, cluster: str, key: str, priority: int, limit_s: float, settings: AdmissionSettings
+    ) -> Saturation:
+        return cluster_saturation(
+            cluster, self._loads(cluster), service_s=self._service_s(cluster), limit_s=limit_s,
+            queued=self.queue.ahead_of(cluster, priority, key), quantile=self._quantile,
+            drain_quantile=settings.drain_quantile,
+        )
+
+    def judge(self, ask: Ask, queue_room: str | None = None) -> Judgement:
+        """The admission decision for ``ask`` now, with no side effects (``queue_room``: force a refusal reason)."""
+        settings = self._settings()
+        cluster, key = ask.cluster, ask.key
+        if not settings.enabled or (ask.known_wait_s == 0.0 and not self.queue.depth(cluster)):
+            return Judgement(self._free(cluster), 0)
+        key_settings = self._key(settings, key)
+        priority = resolve_priority(key_settings, ask.header)
+        limit = settings.wait_limit(ask.limit_s, priority)
+        primary = self._saturation(cluster, key, priority, limit, settings)
+        if queue_room is None:
+            queue_room = self.queue.room(cluster, key, priority)
+            if key_settings.max_queued is not None and self.queue.key_depth(key) >= key_settings.max_queued:
+                queue_room = "key_limit"
+        targets = tuple(
+            SpillTarget(self._saturation(name, key, priority, limit, settings), self._price_usd(name))
+            for name in ask.spill_to if name != cluster
+        ) if primary.wait_s > 0 else ()
+        decision = decide(primary, limit_s=limit, queued=self.queue.ahead_of(cluster, priority, key),
+                          queue_room=queue_room, spill=targets, allow_spill=ask.allow_spill,
+                          budget_left_usd=ask.budget_left_usd)
+        return Judgement(decision, priority, primary, targets)
+
+    async def admit(self, ask: Ask) -> Decision:
+        """Decide, and for ``queue`` wait in the gateway queue until admitted (``reason=queued``,
+        ``queued_s`` set) or, after the TTL or an eviction, decide again (spill or shed).
+
+        A cancelled caller leaves the queue at once.
+        """
+        judgement = self.judge(ask)
+        decision = judgement.decision
+        if decision.wake:
+            self.queue.release(ask.cluster, decision.wake)
+        if decision.action is not Action.QUEUE:
+            return decision
+        weight = self._key(self._settings(), ask.key).weight
+        ticket = self.queue.enqueue(
+            ask.cluster, ask.key, ttl_s=decision.ttl_s, priority=judgement.priority, weight=weight
+        )
+        outcome = await self.queue.wait(ticket)
+        waited = ticket.waited_s or 0.0
+        if outcome is Outcome.ADMITTED:
+            return dataclasses.replace(decision, action=Action.ADMIT, queued_s=waited)
+        again = self.judge(ask, queue_room="capacity").decision
+        if again.action is Action.QUEUE:  # cannot happen with queue_room set; never wait twice
+            again = dataclasses.replace(again, action=Action.SHED, reason="shed_capacity", retry_after_s=1)
+        return dataclasses.replace(again, queued_s=waited)
+
+    def finished(self, cluster: str) -> None:
+        """A request on ``cluster`` released its in-flight slot: hand the slot to the next waiter."""
+        if self.queue.depth(cluster):
+            self.queue.release(cluster)
