@@ -57,6 +57,7 @@ LAYERS: dict[str, int] = {
     "gateway.upstream": 2,
     "gateway.scheduling": 3,
     "gateway.selection": 3,
+    "gateway.admission": 3,
     "gateway.failover": 3,
     "gateway.continuation": 3,
     "gateway.observability": 3,

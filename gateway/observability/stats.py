@@ -76,12 +76,18 @@ def compute_stats(families: Iterable[Metric]) -> dict[str, Any]:
             if value:
                 yield tables[table].setdefault(value, _row())
 
+    _add_counts(by_name, rows)
+    _add_latency(tables, by_name)
+    return tables
+
+
+def _add_counts(by_name: dict[str, Metric], rows: Any) -> None:
+    """Add requests, errors, tokens and cost to every row a sample's labels name (``rows(labels)``)."""
     for sample in _samples(by_name, "kvgate_requests", "_total"):
+        failed = sample.labels.get("outcome") in ("client_error", "upstream_error")
         for row in rows(sample.labels):
             row["requests"] += int(sample.value)
-    for sample in _samples(by_name, "kvgate_requests", "_total"):
-        if sample.labels.get("outcome") in ("client_error", "upstream_error"):
-            for row in rows(sample.labels):
+            if failed:
                 row["errors"] += int(sample.value)
     for sample in _samples(by_name, "kvgate_tokens", "_total"):
         field = _TOKEN_KINDS.get(sample.labels.get("kind", ""))
@@ -91,8 +97,6 @@ def compute_stats(families: Iterable[Metric]) -> dict[str, Any]:
     for sample in _samples(by_name, "kvgate_cost_usd", "_total"):
         for row in rows(sample.labels):
             row["cost_usd"] = round(row["cost_usd"] + sample.value, 9)
-    _add_latency(tables, by_name)
-    return tables
 
 
 def _samples(by_name: dict[str, Metric], family: str, suffix: str) -> list[Any]:

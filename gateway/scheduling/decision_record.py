@@ -59,7 +59,8 @@ class DecisionRecord:
     __slots__ = ("profile", "cluster", "ranked", "candidates", "scores", "filtered", "hints", "prompt", "feedback",
                  "predicted_cached", "hot_spot")
 
-    def __init__(
+    # One field per argument: the record of one decision, built in one place (profile.py); a record, not an API.
+    def __init__(  # noqa: PLR0913
         self, profile: str, cluster: str, ranked: Sequence[Endpoint], candidates: Sequence[Candidate],
         scores: Any, filtered: Sequence[str], hints: Hints, key: PrefixKey, feedback: Any,
         predicted_cached: int | None, hot_spot: HotSpotSettings,
