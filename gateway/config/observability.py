@@ -14,6 +14,10 @@ class MetricsSettings(Section):
     """Prometheus metrics of the gateway itself."""
 
     enabled: bool = Field(True, description="Serve Prometheus text at GET /metrics.")
+    loop_lag_interval_s: float = Field(
+        0.005, ge=0.0, le=1.0,
+        description="Event-loop lag monitor tick in seconds (kvgate_event_loop_lag_seconds); 0: no monitor.",
+    )
 
 
 class TracingSettings(Section):

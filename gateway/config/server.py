@@ -42,6 +42,13 @@ class ServerSettings(Section):
         description="Gateway processes sharing the port (SO_REUSEPORT), about one core each; > 1 needs state.backend = redis.",
     )
 
+    parse_offload_bytes: int = Field(
+        1024 * 1024, ge=0,
+        description="Request bodies larger than this (bytes) are parsed in a worker process, off the event loop "
+        "(orjson holds the GIL, so a thread would not free it); 0: always parse inline (gateway/protocol/offload.py).",
+    )
+    parse_workers: int = Field(1, ge=1, le=16, description="Worker processes for off-loop parsing (per gateway process).")
+
     def is_loopback(self) -> bool:
         """True if ``host`` binds only a loopback interface (127.0.0.0/8, ::1 or localhost)."""
         if self.host == "localhost":
