@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import FastAPI, Request, Response
@@ -34,6 +34,7 @@ from gateway.endpoints.registry import EndpointRegistry
 from gateway.endpoints.allowlist import ConnectGuard, Resolver, system_resolver
 from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, NotFoundError
 from gateway.observability.metrics import GatewayMetrics
+from gateway.closeout import CloseOut
 from gateway.operations import Operations
 from gateway.proxy import Proxy
 from gateway.selection.catalog import ModelCatalog
@@ -43,6 +44,9 @@ from gateway.scheduling.service import RoutingRuntime
 from gateway.config import Settings
 from gateway.upstream.client import AiohttpUpstream, Upstream
 from gateway.upstream.native import NativeUpstream
+
+if TYPE_CHECKING:
+    from backends.workers.supervisor import WorkerSupervisor
 
 log = logging.getLogger("kvgate")
 
@@ -58,10 +62,10 @@ class Container:
     catalog: ModelCatalog
     started_at: int = field(default_factory=lambda: int(time.time()))
     upstream: Upstream | None = None
-    proxy: Proxy | None = None
-    ops: Any = None  # gateway.operations.Operations: admin state, keys and quotas, accounting, tracing
-    selector: Any = None  # gateway.selection.selector.RouteSelector: model or alias -> route, with a reason
-    supervisor: Any = None  # backends.workers.supervisor.WorkerSupervisor of managed vLLM workers (kvgate up): /admin/workers
+    proxy: Proxy = None  # type: ignore[assignment]  # set by the lifespan: the director the edge calls
+    ops: Operations = None  # type: ignore[assignment]  # set by create_app: admin state, keys and quotas, tracing
+    selector: RouteSelector = None  # type: ignore[assignment]  # set by create_app: model or alias -> route, with a reason
+    supervisor: WorkerSupervisor | None = None  # managed vLLM workers (kvgate up): /admin/workers
 
     @staticmethod
     def json(content: Any, status: int = 200) -> Response:
@@ -193,6 +197,10 @@ def create_app(
             client = NativeUpstream(settings.upstream, guard)
         container.upstream = client
         traced = container.ops.wrap_upstream(client)
+        closeout = CloseOut(
+            container.metrics, container.ops.pricing, container.ops.gate, container.ops.requests, clock=clock,
+            selector=container.selector,
+        )
         container.proxy = Proxy(
             catalog=container.catalog,
             registry=container.registry,
@@ -205,7 +213,7 @@ def create_app(
             clock=clock,
             selector=container.selector,
             gate=container.ops.gate,
-            exchanges=container.ops.exchange,
+            closeout=closeout,
         )
         checker = HealthChecker(container.registry, client, settings.health, container.metrics, board=routing.board)
         task = asyncio.create_task(checker.run()) if health_checks else None
