@@ -86,6 +86,7 @@ class Proxy:
         gate: KeyGate,
         closeout: CloseOut,
         max_cooldown_s: float = 0.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._selector = selector
         self._gate = gate
@@ -96,6 +97,7 @@ class Proxy:
         self._metrics = metrics
         self._max_attempts = max_attempts
         self._clock = clock
+        self._sleep = sleep  # waits a Retry-After (injected: tests never sleep)
         self._opener = Opener(upstream, clock=clock, max_retry_after_s=max_retry_after_s, max_cooldown_s=max_cooldown_s)
 
     async def handle(
@@ -175,7 +177,7 @@ class Proxy:
                 if not _may_try(endpoint, retry_at):
                     continue
                 if wait_s:
-                    await asyncio.sleep(wait_s)
+                    await self._sleep(wait_s)
                     wait_s = 0.0
                 if not endpoint.breaker.allow():  # its one half-open probe went to another request meanwhile
                     retry_at.append(endpoint.breaker.retry_at)
