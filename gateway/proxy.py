@@ -162,42 +162,47 @@ class Proxy:
                 or none could be made (502 / 504 / 503 with ``Retry-After``).
         """
         exchange.route, exchange.cluster = route.name, route.clusters[0]
-        budget = self._max_attempts if route.failover else 1
-        last: Retry | None = None
-        retry_at: list[float] = []
-        wait_s = 0.0  # a Retry-After to honour before the next attempt, if one is made
+        walk = _Walk(request, exchange, route, self._max_attempts if route.failover else 1)
         for cluster in route.clusters:
             endpoints = self._registry.cluster(cluster)
-            if not endpoints:
-                continue
-            decision = await self._scheduler.schedule(endpoints, request)
-            for endpoint in decision.ranked:
-                if budget == 0:
-                    break
-                if not _may_try(endpoint, retry_at):
-                    continue
-                if wait_s:
-                    await self._sleep(wait_s)
-                    wait_s = 0.0
-                if not endpoint.breaker.allow():  # its one half-open probe went to another request meanwhile
-                    retry_at.append(endpoint.breaker.retry_at)
-                    continue
-                attempt = Attempt(endpoint, decision, self._metrics)
-                budget -= 1
-                self._count(exchange, cluster, endpoint, decision)
-                try:
-                    return await self._attempt(attempt, request, exchange, route)
-                except Retry as retry:
-                    if retry.echo is not None and last is not None and retry.echo == last.echo:  # the body, not the endpoints
-                        attempt.abandoned("repeated_" + retry.reason)
-                        raise retry.error from None
-                    attempt.retried(retry)
-                    last, wait_s = retry, retry.wait_s
-            if budget == 0:
+            if endpoints:
+                decision = await self._scheduler.schedule(endpoints, request)
+                reply = await self._walk_cluster(walk, cluster, decision)
+                if reply is not None:
+                    return reply
+            if walk.budget == 0:
                 break
-        if last is not None:
-            raise last.error
-        raise self._unavailable(route, retry_at)
+        if walk.last is not None:
+            raise walk.last.error
+        raise self._unavailable(route, walk.retry_at)
+
+    async def _walk_cluster(self, walk: _Walk, cluster: str, decision: Decision) -> Reply | None:
+        """Attempts on the cluster's ranked endpoints until one answers (its reply) or none is left (None)."""
+        for endpoint in decision.ranked:
+            if walk.budget == 0:
+                return None
+            attempt = await self._take(walk, endpoint, decision)
+            if attempt is None:
+                continue
+            walk.budget -= 1
+            self._count(walk.exchange, cluster, endpoint, decision)
+            try:
+                return await self._attempt(attempt, walk)
+            except Retry as retry:
+                walk.failed(attempt, retry)
+        return None
+
+    async def _take(self, walk: _Walk, endpoint: Endpoint, decision: Decision) -> Attempt | None:
+        """An attempt on ``endpoint`` if it may be tried now (after the Retry-After still to honour), else None."""
+        if not _may_try(endpoint, walk.retry_at):
+            return None
+        if walk.wait_s:
+            await self._sleep(walk.wait_s)
+            walk.wait_s = 0.0
+        if not endpoint.breaker.allow():  # its one half-open probe went to another request meanwhile
+            walk.retry_at.append(endpoint.breaker.retry_at)
+            return None
+        return Attempt(endpoint, decision, self._metrics)
 
     def _count(self, exchange: Exchange, cluster: str, endpoint: Endpoint, decision: Decision) -> None:
         if exchange.attempts and exchange.cluster != cluster:
@@ -205,11 +210,12 @@ class Proxy:
         exchange.cluster, exchange.endpoint, exchange.decision = cluster, endpoint.spec.name, decision
         exchange.attempts += 1
 
-    async def _attempt(self, attempt: Attempt, request: InferenceRequest, exchange: Exchange, route: Route) -> Reply:
+    async def _attempt(self, attempt: Attempt, walk: _Walk) -> Reply:
         """One attempt: a buffered answer (the attempt ends at ``settle``) or an open stream handed to a relay.
 
         Raises :class:`Retry` (the attempt still open: the caller ends it) or UpstreamClientError (ended here).
         """
+        request, exchange, route = walk.request, walk.exchange, walk.route
         try:
             if not request.stream:
                 return await self._opener.buffered(attempt, request, exchange, route)
@@ -237,6 +243,29 @@ class Proxy:
             f"retry in {wait} s.",
             headers={"Retry-After": str(wait)},
         )
+
+
+class _Walk:
+    """The attempt loop's state for one request: what it forwards, what is left, what it saw."""
+
+    __slots__ = ("request", "exchange", "route", "budget", "last", "retry_at", "wait_s")
+
+    def __init__(self, request: InferenceRequest, exchange: Exchange, route: Route, budget: int) -> None:
+        self.request, self.exchange, self.route = request, exchange, route
+        self.budget = budget  # attempts left (``upstream.max_attempts``, one when failover is off)
+        self.last: Retry | None = None  # the last failed attempt's
+        self.retry_at: list[float] = []  # when the endpoints skipped (cooling, breaker open) may be tried
+        self.wait_s = 0.0  # a Retry-After to honour before the next attempt, if one is made
+
+    def failed(self, attempt: Attempt, retry: Retry) -> None:
+        """End ``attempt`` on its :class:`Retry`; a 5xx repeating the previous one (status and message)
+        is the body's fault, not the endpoints': the attempts stop (raises its error)."""
+        last = self.last
+        if retry.echo is not None and last is not None and retry.echo == last.echo:
+            attempt.abandoned("repeated_" + retry.reason)
+            raise retry.error from None
+        attempt.retried(retry)
+        self.last, self.wait_s = retry, retry.wait_s
 
 
 def _may_try(endpoint: Endpoint, retry_at: list[float]) -> bool:
