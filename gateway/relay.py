@@ -26,7 +26,7 @@ so a stream that fails during its preamble fails over invisibly.
 
 **Usage.** When a stream ends without ``usage`` (an endpoint that does not take
 ``stream_options``, or a stream that broke), the exchange is given an estimate instead, marked
-``"estimated": true``: the prompt tokens the proxy estimated (4 bytes per token, as TPM
+``"estimated": true``: the prompt tokens the director estimated (4 bytes per token, as TPM
 reservations do) and one completion token per output event (as vLLM streams them).
 
 **Memory per stream** (a client that reads nothing): the client's socket and transport buffers
