@@ -126,7 +126,7 @@ class Proxy:
         exchange = self._closeout.open(state.request_id, parsed.model, admission, state)
         selector.attach(exchange, routed)
         try:
-            self.admit(route, exchange)
+            route = self.admit(route, exchange)
             reply = await watch(self.forward(routed.request, exchange, route))
         except ClientDisconnected:
             exchange.finish(CANCELLED)
@@ -142,8 +142,10 @@ class Proxy:
         }
         return reply, route_headers
 
-    def admit(self, route: Route, exchange: Exchange) -> None:
-        """Admission (step 4): where saturation control (queue, spill over, shed) decides; admits all today."""
+    def admit(self, route: Route, exchange: Exchange) -> Route:
+        """Admission (step 4): the route the request may go on now. The hook where saturation control
+        (issue 21: queue, spill over to another route, shed with 429/503) decides; admits all today."""
+        return route
 
     def route_for(self, request: InferenceRequest, failover_header: str | None, selected: Route | None = None) -> Route:
         """The effective route: ``selected`` (route selection's) or the model's, then ``X-Failover-Route``.
