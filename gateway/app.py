@@ -34,6 +34,7 @@ from gateway.endpoints.registry import EndpointRegistry
 from gateway.endpoints.allowlist import ConnectGuard, Resolver, system_resolver
 from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, NotFoundError
 from gateway.observability.metrics import GatewayMetrics
+from gateway.attempt import Opener
 from gateway.closeout import CloseOut
 from gateway.operations import Operations
 from gateway.proxy import Proxy
@@ -197,23 +198,22 @@ def create_app(
             client = NativeUpstream(settings.upstream, guard)
         container.upstream = client
         traced = container.ops.wrap_upstream(client)
-        closeout = CloseOut(
-            container.metrics, container.ops.pricing, container.ops.gate, container.ops.requests, clock=clock,
-            selector=container.selector,
-        )
         container.proxy = Proxy(
+            selector=container.selector,
+            gate=container.ops.gate,
             catalog=container.catalog,
             registry=container.registry,
             scheduler=routing.scheduler,
-            upstream=traced,
+            opener=Opener(
+                traced, clock=clock, max_retry_after_s=settings.upstream.max_retry_after_s,
+                max_cooldown_s=settings.upstream.max_rate_limit_cooldown_s,
+            ),
+            closeout=CloseOut(
+                container.metrics, container.ops.pricing, container.ops.gate, container.ops.requests, clock=clock,
+                selector=container.selector,
+            ),
             metrics=container.metrics,
             max_attempts=settings.upstream.max_attempts,
-            max_retry_after_s=settings.upstream.max_retry_after_s,
-            max_cooldown_s=settings.upstream.max_rate_limit_cooldown_s,
-            clock=clock,
-            selector=container.selector,
-            gate=container.ops.gate,
-            closeout=closeout,
         )
         checker = HealthChecker(container.registry, client, settings.health, container.metrics, board=routing.board)
         task = asyncio.create_task(checker.run()) if health_checks else None

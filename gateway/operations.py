@@ -61,7 +61,7 @@ def redis_client(settings: Settings) -> aioredis.Redis:
 class Operations:
     """See the module docstring."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  # the operations side's inputs: each clock, store, provider and resolver is a seam tests inject
         self,
         settings: Settings,
         *,

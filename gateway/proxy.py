@@ -58,7 +58,6 @@ from gateway.scheduling.scheduler import Decision, Scheduler
 from gateway.selection.catalog import ModelCatalog
 from gateway.selection.route import Route
 from gateway.selection.selector import RouteSelector
-from gateway.upstream.client import Upstream
 
 __all__ = ["BufferedReply", "Proxy", "Reply", "StreamRelay", "Watch"]
 
@@ -74,20 +73,19 @@ class Proxy:
     def __init__(
         self,
         *,
+        selector: RouteSelector,
+        gate: KeyGate,
         catalog: ModelCatalog,
         registry: EndpointRegistry,
         scheduler: Scheduler,
-        upstream: Upstream,
+        opener: Opener,
+        closeout: CloseOut,
         metrics: GatewayMetrics,
         max_attempts: int,
-        max_retry_after_s: float,
-        clock: Callable[[], float],
-        selector: RouteSelector,
-        gate: KeyGate,
-        closeout: CloseOut,
-        max_cooldown_s: float = 0.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        """``opener``: opens attempts on endpoints (the upstream, its clock, the Retry-After caps);
+        ``max_attempts``: ``upstream.max_attempts``; ``sleep``: waits a Retry-After (tests inject one)."""
         self._selector = selector
         self._gate = gate
         self._closeout = closeout
@@ -96,9 +94,9 @@ class Proxy:
         self._scheduler = scheduler
         self._metrics = metrics
         self._max_attempts = max_attempts
-        self._clock = clock
-        self._sleep = sleep  # waits a Retry-After (injected: tests never sleep)
-        self._opener = Opener(upstream, clock=clock, max_retry_after_s=max_retry_after_s, max_cooldown_s=max_cooldown_s)
+        self._clock = opener.clock
+        self._sleep = sleep
+        self._opener = opener
 
     async def handle(
         self, operation: Operation, headers: Mapping[str, str], raw: bytes, state: Any, watch: Watch, key: KeyRecord

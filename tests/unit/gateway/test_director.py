@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from gateway.app import create_app
-from gateway.attempt import BufferedReply
+from gateway.attempt import BufferedReply, Opener
 from gateway.closeout import CloseOut
 from gateway.config import build_settings
 from gateway.endpoints.circuit import CircuitState
@@ -215,11 +215,10 @@ def director(container: Any, routing: Any, upstream: FunctionUpstream, clock: Cl
         waited.append(seconds)
 
     return Proxy(
-        catalog=container.catalog, registry=container.registry, scheduler=routing.scheduler, upstream=upstream,
-        metrics=container.metrics, max_attempts=3, max_retry_after_s=5.0, max_cooldown_s=60.0, clock=clock,
-        selector=container.selector, gate=ops.gate,
+        selector=container.selector, gate=ops.gate, catalog=container.catalog, registry=container.registry,
+        scheduler=routing.scheduler, opener=Opener(upstream, clock=clock, max_retry_after_s=5.0, max_cooldown_s=60.0),
         closeout=CloseOut(container.metrics, ops.pricing, ops.gate, ops.requests, clock=clock, selector=container.selector),
-        sleep=sleep,
+        metrics=container.metrics, max_attempts=3, sleep=sleep,
     )
 
 
