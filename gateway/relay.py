@@ -176,11 +176,13 @@ class StreamRelay:
             self.abort()
 
     def abort(self) -> None:
-        """End the attempt if the relay never ran or was interrupted (idempotent): ``cancelled``."""
+        """End the attempt if the relay never ran or was interrupted (idempotent): ``cancelled``, also
+        when the client left while a continuation was being opened (no stream held then)."""
         source = self._take()
         if source is not None:
             source.response.close()
             source.attempt.abandoned()
+        if self._exchange.outcome is None:
             self._exchange.finish(CANCELLED, usage=self._usage())
 
     def settle(self) -> None:

@@ -128,6 +128,8 @@ ROWS = [
         "cancelled", 1, ["a"], cancel=True),
     Row("client-cancel-buffered", lambda request: FunctionResponse(200, HANG, {}), ok, False,
         "cancelled", 1, ["a"], cancel=True),
+    Row("client-cancel-during-continuation", breaks, lambda request: FunctionResponse(200, Forever(), SSE), True,
+        "cancelled", 1, ["a", "b"], CircuitState.OPEN, "broken_stream", cancel=True),
     Row("client-4xx-relayed", status(400), ok, False, "client_error", 1, ["a"]),
     Row("every-endpoint-fails", status(500), status(500), False, "upstream_error", 2, ["a", "b"], CircuitState.OPEN,
         "http_500"),
