@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import FastAPI, Request, Response
@@ -35,6 +35,8 @@ from gateway.endpoints.registry import EndpointRegistry
 from gateway.endpoints.allowlist import ConnectGuard, Resolver, system_resolver
 from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, NotFoundError
 from gateway.observability.metrics import GatewayMetrics
+from gateway.attempt import Opener
+from gateway.closeout import CloseOut
 from gateway.operations import Operations
 from gateway.proxy import Proxy
 from gateway.selection.catalog import ModelCatalog
@@ -44,6 +46,9 @@ from gateway.scheduling.service import RoutingRuntime
 from gateway.config import Settings
 from gateway.upstream.client import AiohttpUpstream, Upstream
 from gateway.upstream.native import NativeUpstream
+
+if TYPE_CHECKING:
+    from backends.workers.supervisor import WorkerSupervisor
 
 log = logging.getLogger("kvgate")
 
@@ -59,10 +64,10 @@ class Container:
     catalog: ModelCatalog
     started_at: int = field(default_factory=lambda: int(time.time()))
     upstream: Upstream | None = None
-    proxy: Proxy | None = None
-    ops: Any = None  # gateway.operations.Operations: admin state, keys and quotas, accounting, tracing
-    selector: Any = None  # gateway.selection.selector.RouteSelector: model or alias -> route, with a reason
-    supervisor: Any = None  # backends.workers.supervisor.WorkerSupervisor of managed vLLM workers (kvgate up): /admin/workers
+    proxy: Proxy = None  # type: ignore[assignment]  # set by the lifespan: the director the edge calls
+    ops: Operations = None  # type: ignore[assignment]  # set by create_app: admin state, keys and quotas, tracing
+    selector: RouteSelector = None  # type: ignore[assignment]  # set by create_app: model or alias -> route, with a reason
+    supervisor: WorkerSupervisor | None = None  # managed vLLM workers (kvgate up): /admin/workers
 
     @staticmethod
     def json(content: Any, status: int = 200) -> Response:
@@ -197,18 +202,21 @@ def create_app(
         container.upstream = client
         traced = container.ops.wrap_upstream(client)
         container.proxy = Proxy(
+            selector=container.selector,
+            gate=container.ops.gate,
             catalog=container.catalog,
             registry=container.registry,
             scheduler=routing.scheduler,
-            upstream=traced,
+            opener=Opener(
+                traced, clock=clock, max_retry_after_s=settings.upstream.max_retry_after_s,
+                max_cooldown_s=settings.upstream.max_rate_limit_cooldown_s,
+            ),
+            closeout=CloseOut(
+                container.metrics, container.ops.pricing, container.ops.gate, container.ops.requests, clock=clock,
+                selector=container.selector,
+            ),
             metrics=container.metrics,
             max_attempts=settings.upstream.max_attempts,
-            max_retry_after_s=settings.upstream.max_retry_after_s,
-            max_cooldown_s=settings.upstream.max_rate_limit_cooldown_s,
-            clock=clock,
-            selector=container.selector,
-            gate=container.ops.gate,
-            exchanges=container.ops.exchange,
         )
         checker = HealthChecker(container.registry, client, settings.health, container.metrics, board=routing.board)
         task = asyncio.create_task(checker.run()) if health_checks else None

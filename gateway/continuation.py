@@ -56,6 +56,20 @@ def continuable(request: InferenceRequest) -> bool:
     return True
 
 
+def resumable(request: InferenceRequest, observer: StreamObserver) -> bool:
+    """Whether :func:`continuation_body` has a request for the answer ``observer`` saw (pure, cheap:
+    the same conditions, without building the body)."""
+    if observer.other_output:
+        return False
+    if not observer.text:
+        return not (observer.output_events or observer.finish_reasons or observer.usage is not None)
+    for key in ("max_tokens", "max_completion_tokens"):
+        limit = request.body.get(key)
+        if isinstance(limit, int) and limit - observer.output_events <= 0:
+            return False
+    return True
+
+
 def continuation_body(
     request: InferenceRequest, observer: StreamObserver, served_model: str, *, ask_usage: bool = False
 ) -> bytes | None:
@@ -66,11 +80,9 @@ def continuation_body(
     the answer is the original request (a restart, not a continuation). ``ask_usage``: ask for the
     usage chunk (``usage_stream_options``) as the first attempt did for a client that did not.
     """
-    if observer.other_output:
+    if not resumable(request, observer):
         return None
     if not observer.text:
-        if observer.output_events or observer.finish_reasons or observer.usage is not None:
-            return None
         return request.body_for(served_model, ask_usage=ask_usage)  # nothing generated: start afresh
     partial = "".join(observer.text)
     body: dict[str, Any] = {**request.body, "model": served_model}
@@ -79,10 +91,7 @@ def continuation_body(
     for key in ("max_tokens", "max_completion_tokens"):
         limit = body.get(key)
         if isinstance(limit, int):
-            left = limit - observer.output_events
-            if left <= 0:
-                return None
-            body[key] = left
+            body[key] = limit - observer.output_events
     if request.operation is Operation.CHAT:
         body["messages"] = [*body["messages"], {"role": "assistant", "content": partial}]
         body["continue_final_message"] = True

@@ -1,4 +1,5 @@
-"""Failover rules, pure: what may be retried, how long to wait, and which clusters to walk.
+"""Failover rules, pure: the one outcome classifier (:func:`classify`: retry | relay | client error),
+how long to wait, which headers an error answer keeps, and which clusters to walk.
 
 kvgate's contract (README, "Failover"):
 
@@ -24,23 +25,43 @@ cluster name forces that route; anything else is a 400.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from gateway.errors import InvalidRequestError
-from gateway.config import TimeoutSettings
+from gateway.selection.route import Route
 
 RETRYABLE_STATUSES = frozenset({408, 429})
 
 
-def is_retryable_status(status: int) -> bool:
-    """Whether an endpoint's HTTP status (before any byte was relayed) moves to the next one."""
-    return status >= 500 or status in RETRYABLE_STATUSES
+class Verdict(enum.Enum):
+    """What the attempt loop does with one attempt's outcome (:func:`classify`)."""
+
+    RETRY = "retry"  # nothing reached the client: the next endpoint may be tried
+    RELAY = "relay"  # the answer (or its break, bytes already sent) is the relay's: no retry here
+    CLIENT_ERROR = "client_error"  # the endpoint's own 4xx, the client's fault: relayed, never retried or counted
 
 
-def is_client_error(status: int) -> bool:
-    """A 4xx that is the client's fault: relayed as is, never retried or counted."""
-    return 400 <= status < 500 and status not in RETRYABLE_STATUSES
+RETRY, RELAY, CLIENT_ERROR = Verdict.RETRY, Verdict.RELAY, Verdict.CLIENT_ERROR
+
+
+def classify(outcome: int | BaseException, bytes_sent: int = 0) -> Verdict:
+    """The one failover rule: an endpoint's HTTP status, or the error an attempt raised, given how
+    many bytes of the answer already reached the client.
+
+    * a status: 2xx is relayed; another 4xx than 408/429 is the client's error; 3xx, 408, 429 and
+      5xx are retried (a redirect is never followed nor relayed: the prompt stays put);
+    * an error (connection, timeout, broken or empty body, in-band first-event error): retried
+      while ``bytes_sent`` is 0, else the relay's (continued or ended with an error event).
+    """
+    if isinstance(outcome, BaseException):
+        return RETRY if bytes_sent == 0 else RELAY
+    if outcome < 300:
+        return RELAY
+    if 400 <= outcome < 500 and outcome not in RETRYABLE_STATUSES:
+        return CLIENT_ERROR
+    return RETRY if bytes_sent == 0 else RELAY
 
 
 def rate_limit_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -63,25 +84,6 @@ def retry_after_s(value: str | None, cap_s: float) -> float:
     except ValueError:
         return 0.0
     return max(0.0, min(seconds, cap_s))
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """An ordered plan: ``clusters[0]`` is the primary, the rest the failover chain.
-
-    Attributes:
-        name: the route's name (a ``[routes.NAME]`` entry, or a cluster name for one-cluster routes).
-        clusters: cluster names, tried in order.
-        failover: False when failover is disabled for this request (one attempt only).
-        reason: why this route was chosen (echoed in the ``x-kvgate-route`` header).
-        timeouts: the attempt time limits on this route.
-    """
-
-    name: str
-    clusters: tuple[str, ...]
-    failover: bool = True
-    reason: str = "model"
-    timeouts: TimeoutSettings = TimeoutSettings()
 
 
 def apply_failover_header(header: str | None, route: Route, routes: Mapping[str, Route]) -> Route:

@@ -1,7 +1,10 @@
 """The streaming relay: an ASGI response that passes an endpoint's SSE bytes through unchanged.
 
-It owns the in-flight slot of the endpoint it reads from, from the moment the proxy hands it
-over, and gives it back exactly once, however the stream ends: finished, broken, or client gone.
+It owns the :class:`~gateway.attempt.Attempt` of the endpoint it reads from (its in-flight slot
+and breaker probe), from the moment the director hands it over, and ends it exactly once, however
+the stream ends: finished (``succeeded``), broken (``failed``), or client gone (``abandoned``).
+A stream that may be continued elsewhere gets a :class:`~gateway.attempt.Continuation`: the
+ranked endpoints and how to open the next stream.
 
 Two relay modes:
 
@@ -16,14 +19,14 @@ Two relay modes:
   (:func:`~gateway.protocol.sse.without_usage`): the client's bytes are those the endpoint
   sends a client that did not ask, ``[DONE]`` included.
 
-**The preamble is held** (:func:`hold_preamble`): before the relay starts, the proxy reads until
+**The preamble is held** (:func:`~gateway.attempt.hold_preamble`): before the relay starts, the director reads until
 the first event that is more than an SSE comment or a role-only chunk (content, a finish reason,
 usage, an error, ``[DONE]``), at most ``MAX_HELD_BYTES``; nothing is sent to the client before,
 so a stream that fails during its preamble fails over invisibly.
 
 **Usage.** When a stream ends without ``usage`` (an endpoint that does not take
 ``stream_options``, or a stream that broke), the exchange is given an estimate instead, marked
-``"estimated": true``: the prompt tokens the proxy estimated (4 bytes per token, as TPM
+``"estimated": true``: the prompt tokens the director estimated (4 bytes per token, as TPM
 reservations do) and one completion token per output event (as vLLM streams them).
 
 **Memory per stream** (a client that reads nothing): the client's socket and transport buffers
@@ -50,18 +53,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from gateway.attempt import Continuation, Upstreamed
 from gateway.continuation import ContinuationRewriter
 from gateway.deadlines import deadline
-from gateway.endpoints.model import Endpoint
 from gateway.errors import GatewayError
 from gateway.exchange import CANCELLED, SUCCESS, UPSTREAM_ERROR, Exchange
 from gateway.protocol.sse import StreamObserver, without_usage
-from gateway.upstream.client import UpstreamResponse
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -69,34 +70,7 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 log = logging.getLogger("kvgate.relay")
 
-MAX_HELD_BYTES = 64 * 1024  # a preamble longer than this is sent on: the stream is committed
 _STEP = 64 * 1024  # the relay by event splits, observes and sends a read this much at a time
-
-
-async def hold_preamble(
-    response: UpstreamResponse, observer: StreamObserver, *, by_event: bool
-) -> tuple[bytes, list[tuple[bytes, dict[str, Any] | None]] | None, bool]:
-    """Read a new stream until it has *started* (``StreamObserver.started``): past its comments
-    and role-only chunks, which are held; at most ``MAX_HELD_BYTES`` are held.
-
-    Returns (the bytes read, their events when ``by_event`` else None, whether the body ended).
-    Every read is observed once. The caller bounds the time (``first_byte_s``) and maps errors.
-    """
-    held: list[bytes] = []
-    events: list[tuple[bytes, dict[str, Any] | None]] | None = [] if by_event else None
-    size = 0
-    while True:
-        chunk = await response.next_chunk()
-        if not chunk:
-            return b"".join(held), events, True
-        held.append(chunk)
-        size += len(chunk)
-        if events is not None:
-            events.extend(observer.split(chunk))
-        else:
-            observer.feed(chunk)
-        if observer.started or size > MAX_HELD_BYTES:
-            return (held[0] if len(held) == 1 else b"".join(held)), events, False
 
 
 async def wait_for_disconnect(receive: Receive) -> None:
@@ -145,21 +119,6 @@ def _settle_unsent(task: asyncio.Future[Any]) -> None:
             settle()
 
 
-@dataclass
-class Upstreamed:
-    """An endpoint's open stream: the endpoint (in-flight slot held), its response, first bytes."""
-
-    endpoint: Endpoint
-    response: UpstreamResponse
-    first: bytes
-    first_events: list[tuple[bytes, dict[str, Any] | None]] | None = None  # already observed
-    strip_usage: bool = False  # kvgate asked this endpoint for usage the client did not ask for
-
-
-Resume = Callable[[StreamObserver, set[str]], Awaitable[Upstreamed | None]]
-"""Opens a continuation of the answer so far on an endpoint not in the given set, or None."""
-
-
 class _Broken(Exception):
     def __init__(self, reason: str, message: str, raw: bytes | None = None) -> None:
         super().__init__(message)
@@ -169,7 +128,14 @@ class _Broken(Exception):
 
 
 class StreamRelay:
-    """ASGI response relaying an open upstream SSE stream; built by the proxy."""
+    """ASGI response relaying an open upstream SSE stream; built by the director.
+
+    ``source``: the open stream and its attempt (ended here, once); ``continuation``: how to go on
+    elsewhere when it breaks (None: never continued); ``idle_s``: the longest gap between two
+    reads (seconds); ``prompt_tokens``: the prompt's estimate, for a stream that reports no usage.
+    """
+
+    __slots__ = ("_source", "_observer", "_exchange", "_idle_s", "_continuation", "_tried", "_rewriter", "_prompt_tokens", "headers")
 
     def __init__(
         self,
@@ -177,19 +143,15 @@ class StreamRelay:
         source: Upstreamed,
         observer: StreamObserver,
         exchange: Exchange,
-        on_release: Callable[[Endpoint], None],
-        on_failure: Callable[[Endpoint, str, str], None],
         idle_s: float,
-        resume: Resume | None = None,
+        continuation: Continuation | None = None,
         prompt_tokens: int = 0,
     ) -> None:
         self._source: Upstreamed | None = source
         self._observer = observer
         self._exchange = exchange
-        self._on_release = on_release
-        self._on_failure = on_failure
         self._idle_s = idle_s
-        self._resume = resume
+        self._continuation = continuation
         self._tried: set[str] = {source.endpoint.name}
         self._rewriter: ContinuationRewriter | None = None
         self._prompt_tokens = prompt_tokens  # estimated, for when the endpoint reports no usage
@@ -214,13 +176,18 @@ class StreamRelay:
             self.abort()
 
     def abort(self) -> None:
-        """Free the endpoint if the relay never ran or was interrupted (idempotent): ``cancelled``."""
+        """End the attempt if the relay never ran or was interrupted (idempotent): ``cancelled``, also
+        when the client left while a continuation was being opened (no stream held then)."""
         source = self._take()
         if source is not None:
             source.response.close()
-            source.endpoint.breaker.release_probe()
-            self._on_release(source.endpoint)
+            source.attempt.abandoned()
+        if self._exchange.outcome is None:
             self._exchange.finish(CANCELLED, usage=self._usage())
+
+    def settle(self) -> None:
+        """A stream made but never sent (the client left as it opened): end it as :meth:`abort` does."""
+        self.abort()
 
     def _take(self) -> Upstreamed | None:
         source, self._source = self._source, None
@@ -241,7 +208,7 @@ class StreamRelay:
             source = self._source
             assert source is not None
             try:
-                by_event = self._resume is not None or source.strip_usage
+                by_event = self._continuation is not None or source.strip_usage
                 await (self._pump_events(send, source) if by_event else self._pump_raw(send, source))
             except _Broken as broken:
                 self._fail(source, broken)
@@ -292,7 +259,7 @@ class StreamRelay:
     async def _send_events(self, send: Send, source: Upstreamed, events: list[tuple[bytes, dict[str, Any] | None]]) -> None:
         out = []
         for raw, event in events:
-            if event is not None and event.get("error") is not None and self._resume is not None:
+            if event is not None and event.get("error") is not None and self._continuation is not None:
                 message = str(event["error"].get("message") if isinstance(event["error"], dict) else event["error"])
                 if out:  # content that came in the same read as the error is the client's
                     await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
@@ -329,13 +296,12 @@ class StreamRelay:
     def _fail(self, source: Upstreamed, broken: _Broken) -> None:
         self._take()
         source.response.close()
-        self._on_failure(source.endpoint, broken.reason, broken.message)
-        self._on_release(source.endpoint)
+        source.attempt.failed(broken.reason, broken.message)
 
     async def _continue(self) -> bool:
-        if self._resume is None:
+        if self._continuation is None:
             return False
-        resumed = await self._resume(self._observer, self._tried)
+        resumed = await self._continuation.next(self._observer, self._tried)
         if resumed is None:
             return False
         self._tried.add(resumed.endpoint.name)
@@ -354,14 +320,10 @@ class StreamRelay:
         source.response.release()
         observer = self._observer
         if observer.error is not None:
-            self._on_failure(source.endpoint, "stream_error", str(observer.error.get("message")))
-            self._on_release(source.endpoint)
+            source.attempt.failed("stream_error", str(observer.error.get("message")))
             self._exchange.finish(UPSTREAM_ERROR, usage=self._usage())
             return
-        source.endpoint.record_success()
-        if self._exchange.decision is not None:
-            self._exchange.decision.observe(source.endpoint, observer.usage)  # measured usage only
-        self._on_release(source.endpoint)
+        source.attempt.succeeded(observer.usage)  # measured usage only
         self._exchange.finish(SUCCESS, usage=self._usage(), first_token_at=observer.first_token_at)
 
     def _error_event(self, message: str) -> bytes:

@@ -1,7 +1,7 @@
 """The per-request record: a bounded in-memory ring of this replica's most recent requests.
 
 :meth:`RequestLog.add` is called once per request by the close-out
-(:meth:`~gateway.observability.recorder.ExchangeRecorder.finished`), for successes, errors and
+(:meth:`~gateway.closeout.CloseOut.close`), for successes, errors and
 cancels alike. It keeps one tuple per request of the exchange's fields (small values and shared objects: the
 key's record, the route selection, the token counts; no reference to the request, its body or
 its exchange), plus the scheduling decision in compact form

@@ -2,7 +2,7 @@
 
 A client's ``model`` may be a public model name from ``[models.NAME]``, one of its aliases, or a
 cluster name, which selects that cluster alone. Each resolves to a
-:class:`~gateway.failover.Route`: the primary cluster, then the failover chain (a model's
+:class:`~gateway.selection.route.Route`: the primary cluster, then the failover chain (a model's
 ``failover`` list, or a named ``[routes.NAME]``), with the route's time limits. Lookup is exact
 and case-sensitive, as OpenAI's is.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.errors import ModelNotFoundError
-from gateway.failover import Route
+from gateway.selection.route import Route
 from gateway.config import ALIASES, TIERS
 from gateway.config import Settings, TimeoutSettings
 

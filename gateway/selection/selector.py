@@ -17,8 +17,9 @@
    supports it (``selection/rewrite.py``).
 
 The returned :class:`Routed` travels on the exchange (:meth:`attach`, which also counts the
-decision in ``kvgate_route_selections_total``); when the exchange finishes, :meth:`finished`
-feeds the serving cluster's load model and counts the request's cost by key.
+decision in ``kvgate_route_selections_total``); the exchange's close-out (``gateway/closeout.py``)
+calls :meth:`finished`, which feeds the serving cluster's load model and counts the request's
+cost (priced once, by the close-out) by key.
 :meth:`explain` renders a decision for ``POST /admin/routing/explain``.
 """
 
@@ -33,7 +34,7 @@ from typing import Any
 from gateway.endpoints.registry import EndpointRegistry
 from gateway.endpoints.stats import Scrape, StatsBoard
 from gateway.errors import GatewayError, InvalidRequestError
-from gateway.failover import Route
+from gateway.selection.route import Route
 from gateway.keys.limits import MICRO_USD, Reservation, estimate_prompt_tokens
 from gateway.keys.model import KeyRecord
 from gateway.keys.pricing import Pricing, TokenUsage, cost_usd
@@ -252,13 +253,13 @@ class RouteSelector:
     # -- the exchange ---------------------------------------------------------------------------
 
     def attach(self, exchange: Any, routed: Routed) -> None:
-        """Count the decision and observe the exchange when it finishes."""
+        """Count the decision and put it on the exchange (its close-out calls :meth:`finished`)."""
         self._metrics.selections.labels(routed.model, routed.cluster, routed.selection.reason).inc()
         exchange.selection = routed
-        exchange.add_listener(self.finished)
 
-    def finished(self, exchange: Any) -> None:
-        """Feed the serving cluster's load model; count the cost by key (never raises)."""
+    def finished(self, exchange: Any, cost: float) -> None:
+        """Feed the serving cluster's load model; count the request's ``cost`` (USD, priced once by the
+        close-out, ``gateway/closeout.py``) by key (never raises)."""
         cluster, outcome = exchange.cluster, exchange.outcome
         if not cluster or outcome not in ("success", "upstream_error"):
             return
@@ -278,10 +279,8 @@ class RouteSelector:
             output_tokens=tokens.output if tokens is not None else None,
         )
         admission = exchange.admission
-        if tokens is not None and outcome == "success" and admission is not None:
-            cost = cost_usd(profile.price, tokens)
-            if cost > 0:
-                self._metrics.key_cost.labels(admission.key.name, exchange.model, cluster).inc(cost)
+        if tokens is not None and outcome == "success" and admission is not None and cost > 0:
+            self._metrics.key_cost.labels(admission.key.name, exchange.model, cluster).inc(cost)
 
     # -- admission --------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 import pytest
 
 from gateway.errors import InvalidRequestError
-from gateway.failover import Route, apply_failover_header, is_client_error, is_retryable_status, retry_after_s
+from gateway.failover import CLIENT_ERROR, RELAY, RETRY, apply_failover_header, classify, retry_after_s
+from gateway.selection.route import Route
 
 PRIMARY = Route("chat", ("reasoning", "fast", "openai"))
 ROUTES = {
@@ -46,8 +47,17 @@ def test_true_without_a_chain_is_400() -> None:
      (429, True, False), (500, True, False), (502, True, False), (503, True, False)],
 )
 def test_status_classes(status: int, retryable: bool, client: bool) -> None:
-    assert is_retryable_status(status) is retryable
-    assert is_client_error(status) is client
+    assert (classify(status, 0) is RETRY) is retryable
+    assert (classify(status, 0) is CLIENT_ERROR) is client
+
+
+@pytest.mark.parametrize(
+    "outcome, sent, verdict",
+    [(200, 0, RELAY), (302, 0, RETRY), (404, 10, CLIENT_ERROR), (503, 0, RETRY), (503, 10, RELAY),
+     (ConnectionError(), 0, RETRY), (TimeoutError(), 5, RELAY)],
+)
+def test_classify_the_one_outcome_rule(outcome: object, sent: int, verdict: object) -> None:
+    assert classify(outcome, sent) is verdict  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("value, expected", [(None, 0.0), ("", 0.0), ("3", 2.0), ("1.5", 1.5), ("-4", 0.0), ("Wed, 21 Oct 2015", 0.0)])

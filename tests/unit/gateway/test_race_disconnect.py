@@ -12,8 +12,18 @@ from gateway.proxy import BufferedReply
 from gateway.relay import ClientDisconnected, race_disconnect
 
 
+class _Attempt:
+    """Stands for the reply's attempt: settling ends it."""
+
+    def __init__(self, settled: list[str]) -> None:
+        self.settled = settled
+
+    def succeeded(self, usage: Any = None, *, accepted: bool = False) -> None:
+        self.settled.append("settled")
+
+
 def _reply(settled: list[str]) -> BufferedReply:
-    return BufferedReply(200, b"{}", "application/json", after=lambda: settled.append("settled"))
+    return BufferedReply(200, b"{}", "application/json", attempt=_Attempt(settled))
 
 
 async def test_the_answer_comes_back_unsettled_when_the_client_stays() -> None:

@@ -13,11 +13,12 @@ from typing import Any
 
 import orjson
 
+from gateway.attempt import Attempt, Upstreamed
 from gateway.endpoints.model import Endpoint, EndpointSpec
 from gateway.exchange import Exchange
 from gateway.observability.metrics import GatewayMetrics
 from gateway.protocol.sse import StreamObserver
-from gateway.relay import StreamRelay, Upstreamed
+from gateway.relay import StreamRelay
 
 
 def event(delta: dict[str, Any]) -> bytes:
@@ -57,17 +58,16 @@ async def held_while_the_client_waits(big: bytes) -> int:
     observer.feed(first)
     endpoint = Endpoint(EndpointSpec("e", "c", "http://e/v1", "m"))
 
-    async def no_resume(seen: StreamObserver, tried: set[str]) -> None:
-        return None
+    class NoContinuation:
+        async def next(self, seen: StreamObserver, tried: set[str]) -> None:
+            return None
 
     relay = StreamRelay(
-        source=Upstreamed(endpoint, TwoReads(big), first, None),
+        source=Upstreamed(Attempt(endpoint, None, GatewayMetrics()), TwoReads(big), first, None),
         observer=StreamObserver(lambda: 0.0, collect=True),
-        exchange=Exchange("r", "m", lambda: 0.0, GatewayMetrics()),
-        on_release=lambda _: None,
-        on_failure=lambda *_: None,
+        exchange=Exchange("r", "m", lambda: 0.0),
         idle_s=3600,
-        resume=no_resume,
+        continuation=NoContinuation(),  # type: ignore[arg-type]
     )
     blocked = asyncio.Event()
     sends = 0

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from gateway.endpoints.registry import EndpointRegistry
 from gateway.errors import InvalidRequestError, StateStoreError
 from gateway.keys.model import KeyLimits, KeyRecord
-from gateway.keys.pricing import Pricing, TokenUsage
+from gateway.keys.pricing import Pricing, TokenUsage, cost_usd
 from gateway.protocol.openai import Operation, parse_request
 from gateway.selection.catalog import ModelCatalog
 from gateway.selection.classifier import ClassifierModel
@@ -178,10 +178,10 @@ async def test_attach_counts_the_decision_and_finishing_feeds_the_load_model() -
     usage = {"prompt_tokens": 1000, "completion_tokens": 2000, "prompt_tokens_details": {"cached_tokens": 0}}
     exchange = FakeExchange(usage=usage, admission=SimpleNamespace(key=KEY))
     selector.attach(exchange, routed)
-    assert exchange.selection is routed and exchange.listeners == [selector.finished]
+    assert exchange.selection is routed and exchange.listeners == []  # the close-out calls finished, no listener
     labels = {"model": "auto", "cluster": "deep", "reason": "needs_reasoning"}
     assert registry.get_sample_value("kvgate_route_selections_total", labels) == 1.0
-    selector.finished(exchange)
+    selector.finished(exchange, cost_usd(selector.profiles()["deep"].price, exchange.tokens))  # as the close-out prices it
     view = selector.views(["deep"])["deep"]
     assert view.base_ttft_s == pytest.approx(2.0 + 0.2 * (3.0 - 2.0))
     cost = (1000 * 0.55 + 2000 * 2.19) / 1e6
@@ -192,7 +192,7 @@ async def test_attach_counts_the_decision_and_finishing_feeds_the_load_model() -
 
 @pytest.mark.parametrize("outcome", ["client_error", "cancelled"])
 async def test_client_errors_and_cancels_teach_nothing(selector: RouteSelector, outcome: str) -> None:
-    selector.finished(FakeExchange(outcome=outcome, first_token_at=99.0))
+    selector.finished(FakeExchange(outcome=outcome, first_token_at=99.0), 0.0)
     assert selector.views(["deep"])["deep"].base_ttft_s == pytest.approx(2.0)
 
 
