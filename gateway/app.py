@@ -37,7 +37,9 @@ from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedEr
 from gateway.observability.metrics import GatewayMetrics
 from gateway.attempt import Opener
 from gateway.closeout import CloseOut
+from gateway.observability.loop_lag import LoopLagMonitor
 from gateway.operations import Operations
+from gateway.protocol.offload import ParseOffload
 from gateway.proxy import Proxy
 from gateway.selection.catalog import ModelCatalog
 from gateway.observability.metrics import RouteMetrics
@@ -68,6 +70,7 @@ class Container:
     ops: Operations = None  # type: ignore[assignment]  # set by create_app: admin state, keys and quotas, tracing
     selector: RouteSelector = None  # type: ignore[assignment]  # set by create_app: model or alias -> route, with a reason
     supervisor: WorkerSupervisor | None = None  # managed vLLM workers (kvgate up): /admin/workers
+    loop_lag: LoopLagMonitor | None = None  # [metrics] loop_lag_interval_s: the event loop's lag, while the app runs
 
     @staticmethod
     def json(content: Any, status: int = 200) -> Response:
@@ -120,6 +123,57 @@ def _admin_urls(registry: EndpointRegistry) -> Iterator[str]:
         if endpoint.source == "admin":
             yield endpoint.spec.base_url
             yield endpoint.spec.effective_health_url()
+
+
+def _director(container: Container, routing: RoutingRuntime, upstream: Upstream, offload: ParseOffload | None) -> Proxy:
+    """The director over ``upstream`` (the client, wrapped for spans when tracing is on)."""
+    settings = container.settings
+    return Proxy(
+        selector=container.selector,
+        gate=container.ops.gate,
+        catalog=container.catalog,
+        registry=container.registry,
+        scheduler=routing.scheduler,
+        opener=Opener(
+            upstream, clock=container.clock, max_retry_after_s=settings.upstream.max_retry_after_s,
+            max_cooldown_s=settings.upstream.max_rate_limit_cooldown_s,
+        ),
+        closeout=CloseOut(
+            container.metrics, container.ops.pricing, container.ops.gate, container.ops.requests, clock=container.clock,
+            selector=container.selector,
+        ),
+        metrics=container.metrics,
+        max_attempts=settings.upstream.max_attempts,
+        parse_offload=offload,
+    )
+
+
+def _loop_lag(settings: Settings, metrics: GatewayMetrics) -> LoopLagMonitor | None:
+    """The event-loop lag monitor of ``[metrics] loop_lag_interval_s`` (None when 0)."""
+    interval = settings.metrics.loop_lag_interval_s
+    if interval <= 0:
+        return None
+    return LoopLagMonitor(
+        interval, histogram=metrics.loop_lag, max_gauge=metrics.loop_lag_max, p99_gauge=metrics.loop_lag_p99
+    )
+
+
+def _install_routes(app: FastAPI) -> None:
+    """Every route but inference (the edge's), the OpenAPI document and the error handlers."""
+    app.router.routes.extend(openai.routes)
+    app.include_router(health.router)
+    app.include_router(admin.router)
+    app.include_router(admin_routing.router)
+    app.include_router(admin_config.router)
+    app.include_router(admin_keys.router)
+    app.include_router(admin_workers.router)
+    app.include_router(admin_console.router)
+    app.include_router(admin_console.console)
+    install_openapi(app)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(GatewayError, _on_gateway_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_exception)
+    app.add_exception_handler(Exception, _on_unexpected)
 
 
 def create_app(
@@ -191,6 +245,10 @@ def create_app(
         clock=clock,
     )
 
+    offload = ParseOffload(settings.server.parse_offload_bytes, settings.server.parse_workers) if (
+        settings.server.parse_offload_bytes > 0) else None
+    container.loop_lag = _loop_lag(settings, container.metrics)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if upstream is not None:
@@ -200,31 +258,20 @@ def create_app(
         else:
             client = NativeUpstream(settings.upstream, guard)
         container.upstream = client
-        traced = container.ops.wrap_upstream(client)
-        container.proxy = Proxy(
-            selector=container.selector,
-            gate=container.ops.gate,
-            catalog=container.catalog,
-            registry=container.registry,
-            scheduler=routing.scheduler,
-            opener=Opener(
-                traced, clock=clock, max_retry_after_s=settings.upstream.max_retry_after_s,
-                max_cooldown_s=settings.upstream.max_rate_limit_cooldown_s,
-            ),
-            closeout=CloseOut(
-                container.metrics, container.ops.pricing, container.ops.gate, container.ops.requests, clock=clock,
-                selector=container.selector,
-            ),
-            metrics=container.metrics,
-            max_attempts=settings.upstream.max_attempts,
-        )
+        container.proxy = _director(container, routing, container.ops.wrap_upstream(client), offload)
         checker = HealthChecker(container.registry, client, settings.health, container.metrics, board=routing.board)
         task = asyncio.create_task(checker.run()) if health_checks else None
         await routing.start()
         await container.ops.start()
+        if container.loop_lag is not None:
+            container.loop_lag.start()
         try:
             yield
         finally:
+            if container.loop_lag is not None:
+                await container.loop_lag.stop()
+            if offload is not None:
+                await offload.aclose()
             await container.ops.stop()
             await routing.stop()
             if task is not None:
@@ -237,20 +284,7 @@ def create_app(
     app.router.redirect_slashes = False  # Starlette's 307 built its Location from the client's Host header: 404 instead
     app.state.container = container
     app.state.routing = routing
-    app.router.routes.extend(openai.routes)
-    app.include_router(health.router)
-    app.include_router(admin.router)
-    app.include_router(admin_routing.router)
-    app.include_router(admin_config.router)
-    app.include_router(admin_keys.router)
-    app.include_router(admin_workers.router)
-    app.include_router(admin_console.router)
-    app.include_router(admin_console.console)
-    install_openapi(app)
-    app.add_exception_handler(RequestValidationError, _on_validation_error)
-    app.add_exception_handler(GatewayError, _on_gateway_error)
-    app.add_exception_handler(StarletteHTTPException, _on_http_exception)
-    app.add_exception_handler(Exception, _on_unexpected)
+    _install_routes(app)
     # inference: the edge, on every door, whatever the switches; its trace and access log are its own
     app.edge = Edge(
         container,

@@ -23,7 +23,8 @@ back into a :class:`BufferedReply`, an open stream (:class:`Upstreamed`) or a :c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -195,13 +196,18 @@ class Opener:
     without it, and remembered (per process, bounded) as one never to ask.
     """
 
-    __slots__ = ("_upstream", "clock", "_max_retry_after_s", "_max_cooldown_s", "_refuses_usage")
+    __slots__ = ("_upstream", "clock", "sleep", "_max_retry_after_s", "_max_cooldown_s", "_refuses_usage")
 
     def __init__(
-        self, upstream: Upstream, *, clock: Callable[[], float], max_retry_after_s: float, max_cooldown_s: float = 0.0
+        self, upstream: Upstream, *, clock: Callable[[], float], max_retry_after_s: float, max_cooldown_s: float = 0.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        """``clock``: monotonic seconds; ``max_retry_after_s`` / ``max_cooldown_s``: caps (seconds) on an
+        endpoint's Retry-After as a wait before the next attempt and as its cooldown; ``sleep``: how a
+        Retry-After is waited (tests inject one)."""
         self._upstream = upstream
         self.clock = clock
+        self.sleep = sleep
         self._max_retry_after_s = max_retry_after_s
         self._max_cooldown_s = max_cooldown_s
         self._refuses_usage: set[str] = set()  # endpoints that answered 400 to ``stream_options``

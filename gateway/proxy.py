@@ -33,7 +33,6 @@ one that sent nothing.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -50,6 +49,7 @@ from gateway.keys.gate import KeyGate
 from gateway.keys.limits import estimate_prompt_tokens
 from gateway.keys.model import KeyRecord
 from gateway.observability.metrics import GatewayMetrics
+from gateway.protocol.offload import ParseOffload
 from gateway.protocol.openai import InferenceRequest, Operation, parse_request
 from gateway.protocol.sse import StreamObserver
 from gateway.protocol.validation import check_content_type
@@ -82,10 +82,11 @@ class Proxy:
         closeout: CloseOut,
         metrics: GatewayMetrics,
         max_attempts: int,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        parse_offload: ParseOffload | None = None,
     ) -> None:
         """``opener``: opens attempts on endpoints (the upstream, its clock, the Retry-After caps);
-        ``max_attempts``: ``upstream.max_attempts``; ``sleep``: waits a Retry-After (tests inject one)."""
+        ``max_attempts``: ``upstream.max_attempts``; ``parse_offload``: where bodies over its
+        ``inline_limit`` bytes are parsed, off the event loop (None: always inline)."""
         self._selector = selector
         self._gate = gate
         self._closeout = closeout
@@ -95,7 +96,8 @@ class Proxy:
         self._metrics = metrics
         self._max_attempts = max_attempts
         self._clock = opener.clock
-        self._sleep = sleep
+        self._sleep = opener.sleep
+        self._parse_offload = parse_offload
         self._opener = opener
 
     async def handle(
@@ -114,7 +116,11 @@ class Proxy:
             ClientDisconnected: the client left while the request was forwarded (finished as cancelled).
         """
         check_content_type(headers.get("content-type"))
-        parsed = parse_request(operation, raw)
+        offload = self._parse_offload
+        if offload is None or len(raw) <= offload.inline_limit:
+            parsed = parse_request(operation, raw)
+        else:
+            parsed = await offload.parse(operation, raw)  # the same request, the same errors, off the loop
         routed = await self._selector.select(parsed, key, headers)
         route = self.route_for(parsed, headers.get("x-failover-route"), routed.route)
         selector = self._selector

@@ -2,7 +2,7 @@
 
 Inference requests (``POST /v1/chat/completions``, ``/v1/completions``) are served by the edge
 (``api/edge.py``) on every door; with ``server.access_log`` on, the edge writes their line with
-:func:`access_line` once the request is over (after its close-out, so the exchange is final),
+:func:`gateway.closeout.access_line` once the request is over (after its close-out, so the exchange is final),
 and with tracing on it owns their span too.
 
 :class:`AccessMiddleware` does the same for every other route (admin, ``/v1/models``, health,
@@ -26,6 +26,7 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
+from gateway.closeout import access_fields
 from gateway.observability.tracing import CURRENT, RequestTrace
 
 log = logging.getLogger("kvgate.access")
@@ -33,62 +34,14 @@ log = logging.getLogger("kvgate.access")
 PAYLOAD_LIMIT = 4096
 
 
-def access_fields(scope: dict[str, Any], status: int, duration_s: float) -> dict[str, Any]:
-    """The access-log fields of a finished request, from its ASGI ``scope`` (pure)."""
+def scope_fields(scope: dict[str, Any], status: int, duration_s: float) -> dict[str, Any]:
+    """The access-log fields of a finished request, from its ASGI ``scope`` (pure; the close-out's
+    :func:`~gateway.closeout.access_fields`, so every door and route logs the same fields)."""
     state = scope.get("state") or {}
-    return request_fields(scope.get("method"), scope.get("path"), state.get("request_id"), status, duration_s, state.get("exchange"))
-
-
-def request_fields(
-    method: str | None, path: str | None, request_id: str | None, status: int, duration_s: float, exchange: Any = None
-) -> dict[str, Any]:
-    """The access-log fields of a finished request; ``exchange``: its Exchange, or None (pure)."""
-    fields: dict[str, Any] = {
-        "request_id": request_id,
-        "method": method,
-        "path": path,
-        "status": status,
-        "duration_ms": round(duration_s * 1000, 3),
-    }
-    if exchange is not None:
-        fields.update(
-            model=exchange.model,
-            route=getattr(exchange, "route", None) or None,
-            cluster=exchange.cluster or None,
-            endpoint=exchange.endpoint or None,
-            outcome=exchange.outcome,
-            attempts=getattr(exchange, "attempts", None),
-        )
-        if exchange.admission is not None:
-            fields["key_id"] = exchange.admission.key.id
-        tokens = exchange.tokens
-        if tokens is not None:
-            fields.update(input_tokens=tokens.input, cached_tokens=tokens.cached, output_tokens=tokens.output)
-    return fields
-
-
-def access_line(
-    exchange: Any,
-    *,
-    request_id: str | None,
-    method: str,
-    path: str,
-    status: int,
-    duration_s: float,
-    extra: dict[str, Any] | None = None,
-) -> None:
-    """Write the access-log line of a finished inference request (the edge calls it, on every door).
-
-    ``exchange``: the request's Exchange, or None when it failed before the director made one;
-    ``status``: the HTTP status answered (499: the client left); ``duration_s``: from the edge's
-    start to the last byte written; ``extra``: more fields (``request_body``, ``response_body``).
-    The same signature as ``gateway.closeout.access_line`` (the close-out's copy, issue 18), which
-    takes it over when both are merged.
-    """
-    fields = request_fields(method, path, request_id, status, duration_s, exchange)
-    if extra:
-        fields.update(extra)
-    log.info("%s %s %d", method, path, status, extra={"fields": fields})
+    return access_fields(
+        state.get("exchange"), request_id=state.get("request_id"), method=scope.get("method"), path=scope.get("path"),
+        status=status, duration_s=duration_s,
+    )
 
 
 class _Capture:
@@ -171,7 +124,7 @@ class AccessMiddleware:
     def _log(
         self, scope: dict[str, Any], status: int, started: float, request_body: _Capture | None, response_body: _Capture | None
     ) -> None:
-        fields = access_fields(scope, status, self._clock() - started)
+        fields = scope_fields(scope, status, self._clock() - started)
         if request_body is not None and response_body is not None:
             fields["request_body"] = request_body.text()
             fields["response_body"] = response_body.text()

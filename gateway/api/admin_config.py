@@ -10,7 +10,8 @@
         one is swapped in at once without dropping requests in flight, and every other replica
         re-reads its own file. Sections that need a restart are listed in ``restart_required``.
     ``GET /admin/stats``: requests, errors, latency, tokens and cost per model, cluster and
-        endpoint, from this replica's metrics.
+        endpoint, from this replica's metrics; ``loop_lag`` (ms: max and p99 over the recent window, max since
+        start) when the event-loop lag monitor runs ([metrics] loop_lag_interval_s).
 """
 
 from __future__ import annotations
@@ -129,4 +130,13 @@ async def reload(request: Request) -> dict[str, Any]:
 
 @router.get("/stats", summary="Requests, errors, latency, tokens and cost per model, cluster and endpoint")
 async def stats(request: Request) -> dict[str, Any]:
-    return compute_stats(request.app.state.container.metrics.registry.collect())
+    container = request.app.state.container
+    tables = compute_stats(container.metrics.registry.collect())
+    monitor = container.loop_lag
+    if monitor is not None:  # [metrics] loop_lag_interval_s: this process's event loop, ms
+        lag = monitor.snapshot()
+        tables["loop_lag"] = {
+            "max_ms": round(lag.max_s * 1e3, 3), "p99_ms": round(lag.p99_s * 1e3, 3),
+            "max_since_start_ms": round(lag.max_since_start_s * 1e3, 3), "samples": lag.samples,
+        }
+    return tables

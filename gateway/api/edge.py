@@ -21,7 +21,7 @@ or a test's ``httpx.ASGITransport``). It owns, once:
 * the trace and the access log, the same on every door: with tracing on the edge starts the
   request's :class:`~gateway.observability.tracing.RequestTrace` (``state.trace``) and ends it
   when the answer is complete; with ``server.access_log`` the line is written once the request is
-  over (after its close-out), by :func:`gateway.api.access.access_line`.
+  over (after its close-out), by :func:`gateway.closeout.access_line`.
 
 Turning tracing or the access log on adds those effects around the same code path
 (:meth:`Edge.serve`); it never sends a request to another door. A door is a small adapter
@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry.trace import Tracer
 
-from gateway.api.access import PAYLOAD_LIMIT, access_line
+from gateway.api.access import PAYLOAD_LIMIT
 from gateway.api.middleware import incoming_request_id, new_request_id
+from gateway.closeout import access_line
 from gateway.errors import GatewayError, PayloadTooLargeError
 from gateway.observability.tracing import CURRENT, RequestTrace
 from gateway.protocol.openai import Operation

@@ -104,9 +104,9 @@ class _Worker:
 class ParseOffload:
     """Worker processes (``workers``, default 1) that parse bodies over ``inline_limit`` bytes.
 
-    Create once per app; :meth:`start` (awaited in the lifespan) starts the workers
-    (``python -m gateway.protocol.offload``, about 0.1 s) so the first large request does not
-    pay for it; ``await`` :meth:`aclose` at shutdown. A worker serves one body at a time; bodies are spread
+    Create once per app; a worker (``python -m gateway.protocol.offload``, about 0.1-0.3 s to
+    start) is started by the first body over the limit (``create_app`` starts none: a gateway
+    that never sees one never pays for it), or by :meth:`start`; ``await`` :meth:`aclose` at shutdown. A worker serves one body at a time; bodies are spread
     over the workers in turn. A worker that dies, or whose exchange is cancelled (the client
     left mid-transfer), is killed and replaced on the next large body.
     """
@@ -119,6 +119,7 @@ class ParseOffload:
         self._pool: list[_Worker | None] = [None] * workers
         self._next = 0
         self._reaping: set[asyncio.Task[None]] = set()  # killed workers being waited for
+        self._spawning = asyncio.Lock()
 
     async def _spawn(self) -> _Worker:
         root = str(Path(__file__).resolve().parents[2])  # this gateway package, whatever sys.path[0] is
@@ -149,7 +150,10 @@ class ParseOffload:
         self._next = (index + 1) % self.workers
         worker = self._pool[index]
         if worker is None or not worker.alive:
-            worker = self._pool[index] = await self._spawn()
+            async with self._spawning:  # two large bodies at once: one worker started, not two
+                worker = self._pool[index]
+                if worker is None or not worker.alive:
+                    worker = self._pool[index] = await self._spawn()
         async with worker.lock:
             try:
                 answer = await worker.ask(operation, raw)

@@ -192,6 +192,8 @@ def test_stats_count_requests_tokens_and_cost(ops_gateway: RunningGateway, http:
     assert model["cost_usd"] == pytest.approx(before["cost_usd"] + 11e-6)
     assert stats["clusters"]["fast"]["latency"]["count"] >= 1
     assert stats["endpoints"]["ops-a"]["requests"] >= 1
+    lag = stats["loop_lag"]  # the event-loop lag monitor runs by default ([metrics] loop_lag_interval_s)
+    assert lag["samples"] > 0 and 0 <= lag["p99_ms"] <= lag["max_ms"] <= lag["max_since_start_ms"]
 
 
 def test_reload_rejects_a_bad_file_and_keeps_the_old_config(

@@ -91,10 +91,20 @@ def _container(handle: Any, gate: FakeGate | None = None, limit: int = 1024) -> 
     )
 
 
+class _SettleSpy:
+    """Stands in for the reply's Attempt: records that the edge settled the reply."""
+
+    def __init__(self, door: FakeDoor) -> None:
+        self._door = door
+
+    def succeeded(self, usage: Any, *, accepted: bool) -> None:
+        self._door.events.append("settled")
+
+
 def _reply(door: FakeDoor, status: int = 200, body: bytes = b'{"ok":1}') -> Any:
     async def handle(operation: Operation, headers: Any, raw: bytes, state: Any, watch: Any, key: Any) -> Any:
         handle.state = state  # type: ignore[attr-defined]
-        reply = BufferedReply(status, body, "application/json", after=lambda: door.events.append("settled"))
+        reply = BufferedReply(status, body, "application/json", attempt=_SettleSpy(door))
         return reply, {"x-kvgate-endpoint": "e1"}
 
     return handle
