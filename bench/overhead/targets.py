@@ -173,7 +173,12 @@ if os.environ.get("KVGATE_BENCH_LOOP_LAG"):  # a loop-lag monitor on the app's i
             await _startup(self, sockets=sockets)
             container = getattr(getattr(self.config.app, "state", None), "container", None)
             metrics = getattr(container, "metrics", None)
-            if metrics is not None and hasattr(metrics, "loop_lag") and getattr(container, "loop_lag", None) is None:
+            own = getattr(container, "loop_lag", None)
+            if own is not None:  # the app's monitor ([metrics] loop_lag_interval_s), at the bench's finer tick
+                await own.stop()
+                own.interval_s = float(os.environ["KVGATE_BENCH_LOOP_LAG"])
+                own.start()
+            elif metrics is not None and hasattr(metrics, "loop_lag"):
                 monitor = LoopLagMonitor(float(os.environ["KVGATE_BENCH_LOOP_LAG"]), histogram=metrics.loop_lag,
                                          max_gauge=metrics.loop_lag_max, p99_gauge=metrics.loop_lag_p99, publish_every=20)
                 _MONITORS.append(monitor)

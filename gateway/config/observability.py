@@ -15,8 +15,9 @@ class MetricsSettings(Section):
 
     enabled: bool = Field(True, description="Serve Prometheus text at GET /metrics.")
     loop_lag_interval_s: float = Field(
-        0.005, ge=0.0, le=1.0,
-        description="Event-loop lag monitor tick in seconds (kvgate_event_loop_lag_seconds); 0: no monitor.",
+        0.05, ge=0.0, le=1.0,
+        description="Event-loop lag monitor tick in seconds (kvgate_event_loop_lag_seconds); 0: no monitor. A stall "
+        "shorter than the tick may go unseen; each tick costs ~0.25 ms of CPU (0.05 s: ~0.6% of a core; 0.005 s: ~5%).",
     )
 
 
