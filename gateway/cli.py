@@ -29,6 +29,7 @@ import secrets
 import signal
 import socket
 import sys
+import time
 from collections.abc import Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -312,12 +313,20 @@ async def _up_async(args: argparse.Namespace) -> int:
     return 0
 
 
+REPEAT_GRACE_S = 1.0
+"""Seconds after a first SIGINT/SIGTERM in which a repeat is the same stop, not "force exit":
+GNU make forwards a process group's SIGTERM to its child, so ``make run`` gets it twice at once."""
+
+
 def _new_server(config: uvicorn.Config) -> Any:
     """A uvicorn server without its own signal handling (which re-raises the signal after shutdown)."""
     import uvicorn
 
     class _Server(uvicorn.Server):
         force_on_repeat = True  # a second signal forces exit (not in a --processes child)
+        repeat_grace_s = REPEAT_GRACE_S
+        clock = staticmethod(time.monotonic)
+        first_signal_at: float | None = None
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
@@ -328,7 +337,10 @@ def _new_server(config: uvicorn.Config) -> Any:
             tune_gc()
 
         def request_exit(self) -> None:
-            if self.should_exit and self.force_on_repeat:
+            now = self.clock()
+            if self.first_signal_at is None:
+                self.first_signal_at = now
+            elif self.force_on_repeat and now - self.first_signal_at >= self.repeat_grace_s:
                 self.force_exit = True
             self.should_exit = True
 

@@ -22,6 +22,11 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
+@router.head("/health", include_in_schema=False)  # load balancers probe with HEAD: 200, no body
+async def health_head() -> Response:
+    return Response(status_code=200)
+
+
 @router.get("/ready", summary="Readiness: at least one healthy endpoint", responses={503: {"description": "No healthy endpoint"}})
 async def ready(request: Request) -> dict[str, object]:
     healthy = request.app.state.container.registry.healthy_count()

@@ -84,6 +84,27 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(payload, default=str).decode()
 
 
+class TextFormatter(logging.Formatter):
+    """``TIME LEVEL LOGGER: MESSAGE`` and then the record's fields as ``key=value`` (access lines keep
+    their request id, route and tokens in text format too); values with spaces are quoted."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = getattr(record, "fields", None)
+        if not isinstance(fields, dict) or not fields:
+            return line
+        pairs = " ".join(f"{name}={_text_value(value)}" for name, value in fields.items() if value is not None)
+        return f"{line} {pairs}" if pairs else line
+
+
+def _text_value(value: Any) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    return orjson.dumps(text).decode() if (" " in text or not text) and isinstance(value, str) else text
+
+
 def configure_logging(log_format: str = "json", level: str = "info", *, root: logging.Logger | None = None) -> None:
     """Send every log record to stderr as JSON (or text) at ``level``; replaces root handlers."""
     target = root or logging.getLogger()
@@ -92,7 +113,7 @@ def configure_logging(log_format: str = "json", level: str = "info", *, root: lo
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter())
     for old in list(target.handlers):
         target.removeHandler(old)
     target.addHandler(handler)

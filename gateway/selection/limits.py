@@ -33,9 +33,8 @@ def _positive(headers: Mapping[str, str], name: str, display: str, upper: float)
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and 0 < value <= upper):
-        raise InvalidRequestError(
-            f"{display} must be a positive number (at most {upper:g}); got {raw[:32]!r}.", param=display
-        )
+        bound = f" (at most {upper:g})" if math.isfinite(upper) else ""
+        raise InvalidRequestError(f"{display} must be a positive finite number{bound}; got {raw[:32]!r}.", param=display)
     return value
 
 

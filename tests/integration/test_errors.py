@@ -162,6 +162,12 @@ def test_health_is_not_guarded(auth_gateway: RunningGateway, http: httpx.Client)
     assert response.json() == {"status": "ok"}
 
 
+def test_health_answers_head_for_load_balancer_probes(auth_gateway: RunningGateway, http: httpx.Client) -> None:
+    response = http.head(auth_gateway.url + "/health")  # a fresh-clone trial found 405 here
+    assert response.status_code == 200
+    assert response.content == b""
+
+
 # --- body size ---------------------------------------------------------------------------------
 
 

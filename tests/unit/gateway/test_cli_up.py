@@ -55,3 +55,23 @@ def test_up_turns_the_console_on_for_loopback_and_prints_its_url_and_key(monkeyp
     assert "operator-secret" not in _snippet(own, "smollm2", key) and "KVGATE__ADMIN__API_KEY" in _snippet(own, "smollm2", key)
     monkeypatch.delenv("KVGATE__ADMIN__API_KEY")
     assert "console" not in _snippet(up_settings(args, [], "smollm2"), "smollm2")
+
+
+def test_a_signal_repeated_at_once_is_the_same_stop_and_a_later_one_forces_exit() -> None:
+    """GNU make forwards a group SIGTERM to its child: ``make run`` gets it twice at once (a fresh-clone
+    trial saw the forced exit skip the lifespan's shutdown). A repeat within REPEAT_GRACE_S is one stop."""
+    import uvicorn
+
+    from gateway.cli import REPEAT_GRACE_S, _new_server
+
+    server = _new_server(uvicorn.Config(app=lambda scope, receive, send: None))
+    now = [100.0]
+    server.clock = lambda: now[0]
+    server.request_exit()
+    assert server.should_exit and not server.force_exit
+    now[0] += REPEAT_GRACE_S / 10
+    server.request_exit()  # make's forwarded copy of the same SIGTERM
+    assert not server.force_exit
+    now[0] += REPEAT_GRACE_S
+    server.request_exit()  # the operator, again: force it
+    assert server.force_exit

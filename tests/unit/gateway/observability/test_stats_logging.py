@@ -104,3 +104,13 @@ def test_repeat_filter_lets_one_line_per_window_through_and_counts_the_rest() ->
         "store down: error 5 (4 similar suppressed in the last 10 s)",
     ]
     assert records[-1].fields == {"suppressed": 4}
+
+
+def test_the_text_format_keeps_an_access_lines_fields() -> None:
+    from gateway.observability.logging import TextFormatter
+
+    record = logging.LogRecord("kvgate.access", logging.INFO, __file__, 1, "POST %s %d", ("/v1/chat/completions", 200), None)
+    record.fields = {"request_id": "r1", "model": "qwen-fast", "route": "fast; reason=model", "cluster": None,
+                     "input_tokens": 7}
+    line = TextFormatter().format(record)
+    assert line.endswith('POST /v1/chat/completions 200 request_id=r1 model=qwen-fast route="fast; reason=model" input_tokens=7')
