@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.endpoints.registry import EndpointRegistry
@@ -245,7 +245,7 @@ class RouteSelector:
         base = entry.route
         route = base
         if selection.clusters != base.clusters or selection.reason != base.reason:
-            route = Route(base.name, selection.clusters, failover=base.failover, reason=selection.reason, timeouts=base.timeouts)
+            route = replace(base, clusters=selection.clusters, reason=selection.reason)
         if selection.thinking_off:
             request = thinking_off(request, views[selection.clusters[0]].profile.thinking_switch)
         return Routed(request.model, route, request, selection, views, signals, limits, threshold)
