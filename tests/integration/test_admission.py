@@ -139,6 +139,18 @@ def test_a_saturated_primary_spills_to_its_target_which_is_not_a_failure(admitti
     _settled(admitting)
 
 
+def test_explain_shows_the_admission_decision_without_side_effects(admitting: RunningGateway) -> None:
+    with Holder(admitting):
+        answer = httpx.post(
+            admitting.url + "/admin/routing/explain", json=chat_body(model="m-spilling"), headers=ADMIN, timeout=10
+        ).json()
+        assert admitting.metric("kvgate_admission_queue_depth", cluster="busy") == 0
+    admission = answer["admission"]
+    assert admission["action"] == "spill" and admission["cluster"] == "spare"
+    assert admission["reason"] == "spill_saturated" and admission["primary"]["cluster"] == "busy"
+    _settled(admitting)
+
+
 def test_nothing_can_take_it_sheds_a_503_with_retry_after(admitting: RunningGateway) -> None:
     client = _client(admitting)
     with Holder(admitting), pytest.raises(openai.InternalServerError) as caught:
@@ -177,18 +189,6 @@ def test_a_queued_client_that_leaves_is_removed_at_once(admitting: RunningGatewa
         model="m-patient", messages=[{"role": "user", "content": "hi"}]
     )
     assert raw.parse().choices[0].message.content == "echo from a"
-    _settled(admitting)
-
-
-def test_explain_shows_the_admission_decision_without_side_effects(admitting: RunningGateway) -> None:
-    with Holder(admitting):
-        answer = httpx.post(
-            admitting.url + "/admin/routing/explain", json=chat_body(model="m-spilling"), headers=ADMIN, timeout=10
-        ).json()
-        assert admitting.metric("kvgate_admission_queue_depth", cluster="busy") == 0
-    admission = answer["admission"]
-    assert admission["action"] == "spill" and admission["cluster"] == "spare"
-    assert admission["reason"] == "spill_saturated" and admission["primary"]["cluster"] == "busy"
     _settled(admitting)
 
 
