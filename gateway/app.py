@@ -24,6 +24,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
+from gateway.admission.gate import AdmissionGate
+from gateway.admission.queue import AdmissionQueue
+from gateway.admission.saturation import EndpointLoad, endpoint_loads
 from gateway.api import admin, admin_config, admin_console, admin_keys, admin_routing, admin_workers, health, openai
 from gateway.api.access import AccessMiddleware
 from gateway.api.edge import Edge, internal_error
@@ -42,10 +45,11 @@ from gateway.operations import Operations
 from gateway.protocol.offload import ParseOffload
 from gateway.proxy import Proxy
 from gateway.selection.catalog import ModelCatalog
-from gateway.observability.metrics import RouteMetrics
+from gateway.observability.metrics import AdmissionMetrics, RouteMetrics
 from gateway.selection.selector import RouteSelector, spent_from
 from gateway.scheduling.service import RoutingRuntime
-from gateway.config import Settings
+from gateway.config import PRIORITIES, Settings
+from gateway.keys.pricing import TokenUsage, cost_usd
 from gateway.upstream.client import AiohttpUpstream, Upstream
 from gateway.upstream.native import NativeUpstream
 
@@ -136,15 +140,52 @@ def _director(container: Container, routing: RoutingRuntime, upstream: Upstream,
         scheduler=routing.scheduler,
         opener=Opener(
             upstream, clock=container.clock, max_retry_after_s=settings.upstream.max_retry_after_s,
-            max_cooldown_s=settings.upstream.max_rate_limit_cooldown_s,
+            max_cooldown_s=settings.upstream.max_rate_limit_cooldown_s, max_attempts=settings.upstream.max_attempts,
         ),
         closeout=CloseOut(
             container.metrics, container.ops.pricing, container.ops.gate, container.ops.requests, clock=container.clock,
             selector=container.selector,
         ),
         metrics=container.metrics,
-        max_attempts=settings.upstream.max_attempts,
+        admission=_admission_gate(container, routing),
         parse_offload=offload,
+    )
+
+
+def _admission_gate(container: Container, routing: RoutingRuntime) -> AdmissionGate | None:
+    """The admission gate of ``[admission]`` (None when off): saturation from the registry's
+    snapshot, the stats board's fresh scrapes and route selection's load model; the settings in
+    force are read per request (a reload's weights and limits apply; the switch at start-up)."""
+    settings = container.settings
+    if not settings.admission.enabled:
+        return None
+    selector, stale_after_s = container.selector, settings.routing.scrape.stale_after_s
+
+    def loads(cluster: str) -> list[EndpointLoad]:
+        now, board = container.clock(), routing.board
+        config = container.settings.clusters.get(cluster)
+        slots = config.selection.slots_per_endpoint if config is not None else 16
+        return endpoint_loads(
+            container.registry.cluster(cluster), lambda name: board.fresh(name, now, stale_after_s), slots,
+            container.settings.admission.kv_saturated,
+        )
+
+    def service_s(cluster: str) -> float:
+        profile = selector.profiles().get(cluster)
+        return selector.tracker.service_s(profile) if profile is not None else 1.0
+
+    def price_usd(cluster: str) -> float:  # one request of the cluster's expected output, for spill budgets
+        profile = selector.profiles().get(cluster)
+        if profile is None:
+            return 0.0
+        return cost_usd(profile.price, TokenUsage(0, 0, round(profile.expected_output_tokens)))
+
+    queue = AdmissionQueue(max_depth=settings.admission.max_queue_depth, max_per_key=settings.admission.max_queued_per_key)
+    metrics = AdmissionMetrics(container.metrics.registry, PRIORITIES)
+    metrics.watch_queue(queue.depth, lambda: container.settings.clusters)
+    return AdmissionGate(
+        lambda: container.settings.admission, queue, loads=loads, service_s=service_s, price_usd=price_usd,
+        quantile=settings.route_selection.wait_quantile, metrics=metrics,
     )
 
 

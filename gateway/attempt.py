@@ -43,6 +43,7 @@ from gateway.selection.route import Route
 from gateway.upstream.client import Upstream, UpstreamResponse
 
 if TYPE_CHECKING:
+    from gateway.admission.gate import Lease
     from gateway.scheduling.scheduler import Decision
 
 MAX_HELD_BYTES = 64 * 1024  # a preamble longer than this is sent on: the stream is committed
@@ -51,15 +52,21 @@ MAX_HELD_BYTES = 64 * 1024  # a preamble longer than this is sent on: the stream
 class Attempt:
     """What one try on one endpoint holds (module doc). Made only after ``breaker.allow()`` said yes."""
 
-    __slots__ = ("endpoint", "decision", "_metrics", "_held")
+    __slots__ = ("endpoint", "decision", "_metrics", "_held", "_lease")
 
-    def __init__(self, endpoint: Endpoint, decision: Decision | None, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self, endpoint: Endpoint, decision: Decision | None, metrics: GatewayMetrics, lease: Lease | None = None
+    ) -> None:
+        """``lease``: the request's admission lease (``[admission]`` on), held while the slot is."""
         self.endpoint = endpoint
         self.decision = decision
         self._metrics = metrics
         self._held = True
+        self._lease = lease
         endpoint.acquire()
         metrics.in_flight.labels(endpoint.spec.name).inc()
+        if lease is not None:
+            lease.hold()
 
     @property
     def ended(self) -> bool:
@@ -111,12 +118,14 @@ class Attempt:
             self.failed(retry.reason, retry.error.message)
 
     def _end(self) -> bool:
-        """Free the slot; True only the first time."""
+        """Free the slot (and drop the admission lease: the gate may hand the slot on); True only the first time."""
         if not self._held:
             return False
         self._held = False
         self.endpoint.release()
         self._metrics.in_flight.labels(self.endpoint.spec.name).dec()
+        if self._lease is not None:
+            self._lease.drop()
         return True
 
 
@@ -196,15 +205,19 @@ class Opener:
     without it, and remembered (per process, bounded) as one never to ask.
     """
 
-    __slots__ = ("_upstream", "clock", "sleep", "_max_retry_after_s", "_max_cooldown_s", "_refuses_usage")
+    __slots__ = (
+        "_upstream", "clock", "sleep", "_max_retry_after_s", "_max_cooldown_s", "_refuses_usage", "max_attempts",
+    )
 
     def __init__(
         self, upstream: Upstream, *, clock: Callable[[], float], max_retry_after_s: float, max_cooldown_s: float = 0.0,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, max_attempts: int = 3,
     ) -> None:
         """``clock``: monotonic seconds; ``max_retry_after_s`` / ``max_cooldown_s``: caps (seconds) on an
         endpoint's Retry-After as a wait before the next attempt and as its cooldown; ``sleep``: how a
-        Retry-After is waited (tests inject one)."""
+        Retry-After is waited (tests inject one); ``max_attempts``: ``upstream.max_attempts``, the most
+        attempts one request makes (the director reads it)."""
+        self.max_attempts = max_attempts
         self._upstream = upstream
         self.clock = clock
         self.sleep = sleep
@@ -350,7 +363,7 @@ class Continuation:
             name = endpoint.spec.name
             if name in tried or endpoint.cooling_until or not endpoint.breaker.allow():
                 continue
-            attempt = Attempt(endpoint, self._decision, self._metrics)
+            attempt = Attempt(endpoint, self._decision, self._metrics, self._exchange.lease)
             try:
                 scratch = StreamObserver(self._clock)
                 source = await self._opener.stream(attempt, self._request, self._exchange, self._route, scratch, seen)

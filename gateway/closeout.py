@@ -166,6 +166,9 @@ def access_fields(
         )
         if exchange.admission is not None:
             fields["key_id"] = exchange.admission.key.id
+        queued = getattr(exchange, "queued_s", 0.0)
+        if queued:
+            fields["queue_ms"] = round(queued * 1000, 3)  # waited in the admission queue
         tokens = exchange.tokens
         if tokens is not None:
             fields.update(input_tokens=tokens.input, cached_tokens=tokens.cached, output_tokens=tokens.output)

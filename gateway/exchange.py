@@ -9,8 +9,9 @@ defensively.
 
 The close-out reads ``usage``/``tokens``, ``first_token_at``, ``ended_at``, ``error_type`` (the
 OpenAI error code of a failed request, set with its HTTP ``status``), ``admission`` (the key's
-admission), ``selection`` (route selection's :class:`~gateway.selection.selector.Routed`) and
-``trace`` (the request's spans, when tracing is on).
+admission), ``selection`` (route selection's :class:`~gateway.selection.selector.Routed`),
+``queued_s`` (seconds waited in the admission queue) and ``trace`` (the request's spans, when
+tracing is on). ``lease`` is the admission's (``gateway/admission/gate.py``), held by its attempts.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class Exchange:
     __slots__ = (
         "request_id", "model", "route", "cluster", "endpoint", "decision", "attempts", "continuations",
         "started", "_clock", "outcome", "usage", "first_token_at", "ended_at", "error_type", "admission", "trace",
-        "_closeout", "selection", "tokens", "status",
+        "_closeout", "selection", "tokens", "status", "lease", "queued_s",
     )
 
     def __init__(
@@ -62,6 +63,8 @@ class Exchange:
         self.trace: Any = None  # gateway.observability.tracing.RequestTrace
         self._closeout = closeout
         self.selection: Any = None  # gateway.selection.selector.Routed: the route selection
+        self.lease: Any = None  # gateway.admission.gate.Lease: the admitted request's ([admission] on)
+        self.queued_s = 0.0  # seconds it waited in the gateway's admission queue
 
     def finish(self, outcome: str, *, usage: Any = None, first_token_at: float | None = None) -> None:
         """Record the outcome (one of the module's constants) and, on success, usage and TTFT; then close out (once)."""
@@ -70,5 +73,7 @@ class Exchange:
         self.outcome = outcome
         self.usage, self.first_token_at, self.ended_at = usage, first_token_at, self._clock()
         self.tokens = TokenUsage.from_openai(usage)
+        if self.lease is not None:  # the request's hold on its admission (its attempts hold their own)
+            self.lease.drop()
         if self._closeout is not None:
             self._closeout.close(self)

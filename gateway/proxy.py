@@ -7,7 +7,11 @@
    (``failover.apply_failover_header``); 404 ``model_not_found``, 400 on a bad header;
 3. the key's quota on what will serve it (``keys/gate.py``: 401/403/429 with ``Retry-After``),
    and the exchange that closes the request out (``closeout.py``);
-4. admission (:meth:`Proxy.admit`: the hook where saturation control goes; admits all today);
+4. admission (:meth:`Proxy.admit`, ``gateway/admission/``, when ``[admission]`` is on): admit at
+   once, wait in the gateway queue (under the client-left watch: a client that leaves is removed
+   at once), spill over (the route's ``spill_to`` target first, ``reason=spill_saturated``; not a
+   failure) or shed (429/503 with ``Retry-After``); the request's lease is held by the exchange
+   until it finishes and by each attempt until it ends, and handed back to the gate once;
 5. for each cluster of the route, primary first: schedule its endpoints (``scheduling/``),
    then attempts (:meth:`Proxy.forward`), at most ``upstream.max_attempts`` in all (one when
    failover is off): skip endpoints cooling or refused by their breaker; each try is an
@@ -35,9 +39,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from gateway import failover
+from gateway.admission.decision import Action
+from gateway.admission.gate import AdmissionGate, Ask
 from gateway.attempt import Attempt, BufferedReply, Continuation, Opener, Retry
 from gateway.closeout import CloseOut
 from gateway.continuation import continuable
@@ -57,7 +64,7 @@ from gateway.relay import ClientDisconnected, StreamRelay
 from gateway.scheduling.scheduler import Decision, Scheduler
 from gateway.selection.catalog import ModelCatalog
 from gateway.selection.route import Route
-from gateway.selection.selector import RouteSelector
+from gateway.selection.selector import Routed, RouteSelector
 
 __all__ = ["BufferedReply", "Proxy", "Reply", "StreamRelay", "Watch"]
 
@@ -81,12 +88,13 @@ class Proxy:
         opener: Opener,
         closeout: CloseOut,
         metrics: GatewayMetrics,
-        max_attempts: int,
+        admission: AdmissionGate | None = None,
         parse_offload: ParseOffload | None = None,
     ) -> None:
-        """``opener``: opens attempts on endpoints (the upstream, its clock, the Retry-After caps);
-        ``max_attempts``: ``upstream.max_attempts``; ``parse_offload``: where bodies over its
-        ``inline_limit`` bytes are parsed, off the event loop (None: always inline)."""
+        """``opener``: opens attempts on endpoints (the upstream, its clock, the Retry-After caps,
+        ``upstream.max_attempts``); ``admission``: the admission gate (None: ``[admission]`` off, every
+        request admitted); ``parse_offload``: where bodies over its ``inline_limit`` bytes are parsed,
+        off the event loop (None: always inline)."""
         self._selector = selector
         self._gate = gate
         self._closeout = closeout
@@ -94,7 +102,8 @@ class Proxy:
         self._registry = registry
         self._scheduler = scheduler
         self._metrics = metrics
-        self._max_attempts = max_attempts
+        self._max_attempts = opener.max_attempts
+        self._admission = admission
         self._clock = opener.clock
         self._sleep = opener.sleep
         self._parse_offload = parse_offload
@@ -130,7 +139,8 @@ class Proxy:
         exchange = self._closeout.open(state.request_id, parsed.model, admission, state)
         selector.attach(exchange, routed)
         try:
-            route = self.admit(route, exchange)
+            if self._admission is not None:
+                route = await self.admit(route, exchange, key.name, headers, routed, watch)
             reply = await watch(self.forward(routed.request, exchange, route))
         except ClientDisconnected:
             exchange.finish(CANCELLED)
@@ -146,10 +156,54 @@ class Proxy:
         }
         return reply, route_headers
 
-    def admit(self, route: Route, exchange: Exchange) -> Route:
-        """Admission (step 4): the route the request may go on now. The hook where saturation control
-        (issue 21: queue, spill over to another route, shed with 429/503) decides; admits all today."""
+    async def admit(
+        self, route: Route, exchange: Exchange, key: str, headers: Mapping[str, str], routed: Routed, watch: Watch
+    ) -> Route:
+        """Admission (step 4, ``[admission]`` on): the route the request goes on now, after waiting in
+        the gateway queue if it must (under ``watch``). ``key``: the client key's name; ``headers``:
+        ``X-Priority`` (``interactive`` | ``batch``, as the key allows) is read here, never forwarded.
+
+        A spill puts the target first (``reason=spill_saturated``); the admitted cluster's lease goes
+        on ``exchange.lease`` (held until the exchange finishes and by each attempt; the last to let
+        go tells the gate) and the wait on ``exchange.queued_s``.
+
+        Raises:
+            RateLimitError: (429) shed: the key's own waiter bound; ``Retry-After`` set.
+            OverloadedError: (503) shed: nothing can take it within its wait limit; ``Retry-After`` set.
+            ClientDisconnected: the client left while queued (removed from the queue at once).
+        """
+        gate = self._admission
+        assert gate is not None
+        ask = self.admission_ask(route, key, headers, routed)
+        judgement = gate.now(ask)
+        decision = judgement.decision
+        if decision.action is Action.QUEUE:
+            decision = await watch(gate.admit(ask, judgement))
+            exchange.queued_s = decision.queued_s
+        if decision.action is Action.SHED:
+            raise decision.error()
+        if decision.action is Action.SPILL:
+            rest = tuple(name for name in route.clusters if name != decision.cluster)
+            route = replace(route, clusters=(decision.cluster, *rest), reason="spill_saturated")
+        exchange.lease = gate.lease(decision.cluster)
         return route
+
+    @property
+    def admission(self) -> AdmissionGate | None:
+        """The admission gate (None: ``[admission]`` off); ``POST /admin/routing/explain`` judges with it."""
+        return self._admission
+
+    @staticmethod
+    def admission_ask(route: Route, key: str, headers: Mapping[str, str], routed: Routed) -> Ask:
+        """The admission question of a request of ``key`` on ``route`` (spill targets: ``spill_to`` still
+        on the route; none under ``X-Failover-Route: false``)."""
+        primary = route.clusters[0]
+        view = routed.views.get(primary)
+        return Ask(
+            primary, key, headers.get("x-priority"), route.max_queue_wait_s,
+            [name for name in route.spill_to if name in route.clusters], allow_spill=route.failover,
+            budget_left_usd=routed.limits.budget_left_usd, known_wait_s=view.wait_s if view is not None else None,
+        )
 
     def route_for(self, request: InferenceRequest, failover_header: str | None, selected: Route | None = None) -> Route:
         """The effective route: ``selected`` (route selection's) or the model's, then ``X-Failover-Route``.
@@ -208,7 +262,7 @@ class Proxy:
         if not endpoint.breaker.allow():  # its one half-open probe went to another request meanwhile
             walk.retry_at.append(endpoint.breaker.retry_at)
             return None
-        return Attempt(endpoint, decision, self._metrics)
+        return Attempt(endpoint, decision, self._metrics, walk.exchange.lease)
 
     def _count(self, exchange: Exchange, cluster: str, endpoint: Endpoint, decision: Decision) -> None:
         if exchange.attempts and exchange.cluster != cluster:

@@ -15,7 +15,7 @@ Use (the director, between route selection and scheduling)::
     if decision.action is Action.SHED: raise decision.error()
     # decision.cluster serves it (a spill target when reason == "spill_saturated")
     ...
-    gate.finished(cluster)   # when its in-flight slot is released (the attempt's end), exactly once
+    lease = gate.lease(decision.cluster)   # an attempt holds it; the last holder's drop: gate.finished(cluster)
 
 :meth:`AdmissionGate.judge` is the same decision without side effects (the explain endpoint).
 With ``enabled = false`` every request is admitted at once and nothing is computed.
@@ -29,7 +29,8 @@ from collections.abc import Callable, Sequence
 from gateway.admission.decision import Action, Decision, SpillTarget, decide, resolve_priority
 from gateway.admission.queue import AdmissionQueue, Outcome
 from gateway.admission.saturation import EndpointLoad, Saturation, cluster_saturation
-from gateway.config.admission import AdmissionKeySettings, AdmissionSettings
+from gateway.config.admission import PRIORITIES, AdmissionKeySettings, AdmissionSettings
+from gateway.observability.metrics import AdmissionMetrics
 
 @dataclasses.dataclass(slots=True)  # made per request, never changed: not frozen
 class Ask:
@@ -67,6 +68,29 @@ class Judgement:
     primary: Saturation | None = None
     targets: tuple[SpillTarget, ...] = ()
 
+    def render(self) -> dict[str, object]:
+        """JSON-ready (``POST /admin/routing/explain``): the decision, and the saturation it was judged on
+        (``null`` on the fast path: an endpoint was free and nobody queued). Times in ms."""
+        d = self.decision
+        return {
+            "action": d.action.value, "cluster": d.cluster, "reason": d.reason, "priority": PRIORITIES[self.priority],
+            "predicted_wait_ms": _ms(d.wait_s), "wait_limit_ms": _ms(d.ttl_s) if d.ttl_s else None,
+            "retry_after_s": d.retry_after_s, "status": d.status,
+            "primary": None if self.primary is None else _saturation(self.primary),
+            "spill_targets": [{**_saturation(t.saturation), "price_usd": t.price_usd} for t in self.targets],
+        }
+
+
+def _ms(seconds: float) -> float | None:
+    return round(seconds * 1000.0, 1) if seconds != float("inf") else None
+
+
+def _saturation(s: Saturation) -> dict[str, object]:
+    return {
+        "cluster": s.cluster, "predicted_wait_ms": _ms(s.wait_s), "drain_ms": _ms(s.drain_s),
+        "saturated": s.saturated, "measured": s.measured, "routable_endpoints": s.routable,
+    }
+
 
 class AdmissionGate:
     """One per app; event-loop only (see the module docstring)."""
@@ -80,6 +104,7 @@ class AdmissionGate:
         service_s: Callable[[str], float],
         price_usd: Callable[[str], float] = lambda cluster: 0.0,
         quantile: float = 0.99,
+        metrics: AdmissionMetrics | None = None,
     ) -> None:
         self._settings = settings
         self.queue = queue
@@ -87,6 +112,7 @@ class AdmissionGate:
         self._service_s = service_s
         self._price_usd = price_usd
         self._quantile = quantile
+        self.metrics = metrics
         self._admit_now: dict[str, Decision] = {}
         self._default: tuple[AdmissionSettings | None, AdmissionKeySettings] = (None, AdmissionKeySettings())
 
@@ -138,16 +164,27 @@ class AdmissionGate:
                           budget_left_usd=ask.budget_left_usd)
         return Judgement(decision, priority, primary, targets)
 
-    async def admit(self, ask: Ask) -> Decision:
-        """Decide, and for ``queue`` wait in the gateway queue until admitted (``reason=queued``,
-        ``queued_s`` set) or, after the TTL or an eviction, decide again (spill or shed).
-
-        A cancelled caller leaves the queue at once.
-        """
+    def now(self, ask: Ask) -> Judgement:
+        """:meth:`judge`, acting on it: the waiters an admission makes room for are released, and a
+        decision that needs no wait (admit, spill, shed) is counted. A ``queue`` one goes to :meth:`admit`."""
         judgement = self.judge(ask)
         decision = judgement.decision
         if decision.wake:
             self.queue.release(ask.cluster, decision.wake)
+        if decision.action is not Action.QUEUE:
+            self._count(decision, judgement.priority, ask.key)
+        return judgement
+
+    async def admit(self, ask: Ask, judgement: Judgement | None = None) -> Decision:
+        """Decide (or take ``judgement``, from :meth:`now`), and for ``queue`` wait in the gateway queue
+        until admitted (``reason=queued``, ``queued_s`` set) or, after the TTL or an eviction, decide
+        again (spill or shed).
+
+        A cancelled caller leaves the queue at once.
+        """
+        if judgement is None:
+            judgement = self.now(ask)
+        decision = judgement.decision
         if decision.action is not Action.QUEUE:
             return decision
         weight = self._key(self._settings(), ask.key).weight
@@ -157,13 +194,64 @@ class AdmissionGate:
         outcome = await self.queue.wait(ticket)
         waited = ticket.waited_s or 0.0
         if outcome is Outcome.ADMITTED:
-            return dataclasses.replace(decision, action=Action.ADMIT, queued_s=waited)
-        again = self.judge(ask, queue_room="capacity").decision
-        if again.action is Action.QUEUE:  # cannot happen with queue_room set; never wait twice
-            again = dataclasses.replace(again, action=Action.SHED, reason="shed_capacity", retry_after_s=1)
-        return dataclasses.replace(again, queued_s=waited)
+            decision = dataclasses.replace(decision, action=Action.ADMIT, queued_s=waited)
+        else:
+            again = self.judge(ask, queue_room="capacity").decision
+            if again.action is Action.QUEUE:  # cannot happen with queue_room set; never wait twice
+                again = dataclasses.replace(again, action=Action.SHED, reason="shed_capacity", retry_after_s=1)
+            decision = dataclasses.replace(again, queued_s=waited)
+        if self.metrics is not None:
+            self.metrics.queue_wait.labels(ask.cluster, PRIORITIES[judgement.priority]).observe(waited)
+        self._count(decision, judgement.priority, ask.key)
+        return decision
+
+    def _count(self, decision: Decision, priority: int, key: str) -> None:
+        metrics = self.metrics
+        if metrics is None:
+            return
+        metrics.decisions.labels(decision.cluster, decision.action.value, decision.reason).inc()
+        if decision.action is Action.ADMIT:
+            metrics.count_admitted(decision.cluster, key)
+
+    def lease(self, cluster: str) -> Lease:
+        """The admitted request's :class:`Lease` on ``cluster`` (held by its director while it forwards)."""
+        return Lease(self, cluster)
 
     def finished(self, cluster: str) -> None:
         """A request on ``cluster`` released its in-flight slot: hand the slot to the next waiter."""
         if self.queue.depth(cluster):
             self.queue.release(cluster)
+
+
+class Lease:
+    """An admitted request's claim on its cluster, handed back to the gate exactly once.
+
+    Its holders are the request's exchange until it finishes (``Exchange.finish``, once on every
+    path) and each of its attempts (``gateway/attempt.py``: :meth:`hold` when an attempt takes its
+    endpoint's slot, :meth:`drop` when it frees it). When the last holder drops, the gate hears
+    ``finished(cluster)`` (the next waiter gets the slot): once per admitted request, whether it
+    succeeded, failed over, errored or was cancelled, however many attempts it made.
+    """
+
+    __slots__ = ("_gate", "cluster", "_holders")
+
+    def __init__(self, gate: AdmissionGate, cluster: str) -> None:
+        self._gate, self.cluster, self._holders = gate, cluster, 1
+
+    @property
+    def returned(self) -> bool:
+        """True once the gate was told."""
+        return self._holders == 0
+
+    def hold(self) -> None:
+        """One more holder (an attempt's start); nothing once returned."""
+        if self._holders:
+            self._holders += 1
+
+    def drop(self) -> None:
+        """A holder is done; the last one tells the gate (once)."""
+        if not self._holders:
+            return
+        self._holders -= 1
+        if not self._holders:
+            self._gate.finished(self.cluster)

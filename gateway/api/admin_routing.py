@@ -6,8 +6,10 @@ signals, limits from this call's ``X-Max-*`` headers over the default key limits
 predicted TTFT, load, fit and estimated cost, and the reason), runs the primary cluster's
 scheduler exactly as a real request would (producers, filters, scorers, picker) and returns
 the decision: the ranked endpoints and, per endpoint, every scorer's score, the weighted total, whether a filter dropped it, its matched
-prefix blocks and predicted cached tokens, in-flight count and engine stats. Nothing is
-committed: no upstream is called and the prefix index is not written. Guarded by the admin key.
+prefix blocks and predicted cached tokens, in-flight count and engine stats, and (``admission``,
+null when ``[admission]`` is off) the admission decision it would get now: admit, queue, spill
+or shed, with the saturation it was judged on. Nothing is committed: no upstream is called, the
+prefix index is not written, nothing is queued. Guarded by the admin key.
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ async def explain(request: Request) -> dict[str, Any]:
     if not endpoints:
         raise NoHealthyEndpointError(f"Cluster '{routed.cluster}' has no endpoints.")
     decision = await request.app.state.routing.scheduler.schedule(endpoints, routed.request)
+    admission = _admission(container, inference, routed, request.headers)
     explain_fn = getattr(decision, "explain", None)
     if explain_fn is not None:
-        return {"model": inference.model, **explain_fn(), "route_selection": selection}
+        return {"model": inference.model, **explain_fn(), "route_selection": selection, "admission": admission}
     return {
         "model": inference.model,
         "route_selection": selection,
@@ -51,4 +54,17 @@ async def explain(request: Request) -> dict[str, Any]:
         "policy": container.settings.routing.policy,
         "ranked": [endpoint.spec.name for endpoint in decision.ranked],
         "endpoints": [{"name": e.spec.name, "scores": decision.breakdown.get(e.spec.name, {})} for e in decision.ranked],
+        "admission": admission,
     }
+
+
+def _admission(container: Any, inference: Any, routed: Any, headers: Any) -> dict[str, Any] | None:
+    """The admission decision a request would get now (``gate.judge``: nothing queued, counted or
+    woken); None when ``[admission]`` is off. ``X-Failover-Route`` and ``X-Priority`` are read as a
+    request's; the key is this call's (anonymous)."""
+    proxy = container.proxy
+    gate = proxy.admission if proxy is not None else None
+    if gate is None:
+        return None
+    route = proxy.route_for(inference, headers.get("x-failover-route"), routed.route)
+    return gate.judge(proxy.admission_ask(route, ANONYMOUS.name, headers, routed)).render()

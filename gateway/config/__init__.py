@@ -35,6 +35,12 @@ from gateway.config.aliases import DEPRECATED_KEYS, DeprecatedConfigKey, apply_d
 from gateway.config.server import ServerSettings  # noqa: F401
 from gateway.config.keys import ClientKeySettings, AuthSettings, QuotaSettings  # noqa: F401
 from gateway.config.admin import AdminSettings  # noqa: F401
+from gateway.config.admission import (  # noqa: F401
+    PRIORITIES,
+    AdmissionKeySettings,
+    AdmissionSettings,
+    RouteAdmissionSettings,
+)
 from gateway.config.upstream import TimeoutSettings, CircuitSettings, UpstreamSettings  # noqa: F401
 from gateway.config.health import HealthSettings  # noqa: F401
 from gateway.config.clusters import (  # noqa: F401

@@ -3,9 +3,9 @@
 Owned here: the section :class:`AdmissionSettings` (switch, queue bounds, default wait limit,
 saturation thresholds, priorities and weights per key) and :class:`RouteAdmissionSettings`, the
 fields a route adds (``max_queue_wait_s``, ``spill_to``). The algorithms that read them live in
-``gateway/admission/`` (see ``docs/admission.md``). Not wired into ``Settings`` here: the
-integrator adds ``admission: AdmissionSettings`` to ``Settings`` and the route fields to
-``RouteSettings`` (flattened, so a route reads ``spill_to = ["managed-r1"]``).
+``gateway/admission/`` (see ``docs/admission.md``). ``Settings.admission`` is the section; the
+route fields are flattened into ``RouteSettings`` (``gateway/config/clusters.py``), so a route
+reads ``spill_to = ["managed-r1"]``; :class:`RouteAdmissionSettings` is their standalone form.
 
 Times are seconds; weights are relative (> 0); priorities are the names in :data:`PRIORITIES`,
 highest first.

@@ -61,6 +61,14 @@ class RouteSettings(Section):
 
     clusters: list[str] = Field(min_length=1, description="Cluster names in the order they are tried.")
     timeouts: TimeoutSettings | None = Field(None, description="Overrides [upstream.timeouts] for this route.")
+    max_queue_wait_s: float | None = Field(
+        None, gt=0, description="Admission's wait limit on this route, s (predicted wait before a request starts, "
+        "and the gateway queue's TTL); None: [admission] max_queue_wait_s."
+    )
+    spill_to: list[str] = Field(
+        default_factory=list, description="Clusters of this route's chain that take its overflow when the primary is "
+        "saturated, in order (managed providers included); empty: queue or shed."
+    )
 
 
 class ModelSettings(Section):
@@ -107,6 +115,23 @@ def check_references(
             if cluster not in clusters:
                 raise ValueError(f"routes.{route_name}.clusters: unknown cluster {cluster!r}")
     _check_models(clusters, routes, models)
+
+
+def check_spill(routes: dict[str, RouteSettings]) -> None:
+    """Each route's ``spill_to`` names clusters of its own chain (not its primary), each once.
+
+    Raises:
+        ValueError: ``routes.NAME.spill_to: ...``.
+    """
+    for route_name, route in routes.items():
+        for cluster in route.spill_to:
+            if cluster not in route.clusters[1:]:
+                raise ValueError(
+                    f"routes.{route_name}.spill_to: {cluster!r} is not a failover cluster of the route "
+                    f"({', '.join(route.clusters[1:]) or 'none'})"
+                )
+        if len(set(route.spill_to)) != len(route.spill_to):
+            raise ValueError(f"routes.{route_name}.spill_to: a cluster is named twice")
 
 
 def _check_models(

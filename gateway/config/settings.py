@@ -26,9 +26,10 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from gateway.config.admin import AdminSettings
+from gateway.config.admission import AdmissionSettings
 from gateway.config.aliases import DEPRECATED_KEYS, apply_deprecated_keys, drop_deprecated_keys
 from gateway.config.section import ConfigError
-from gateway.config.clusters import ClusterSettings, ModelSettings, RouteSettings, check_references
+from gateway.config.clusters import ClusterSettings, ModelSettings, RouteSettings, check_references, check_spill
 from gateway.config.health import HealthSettings
 from gateway.config.keys import AuthSettings, QuotaSettings, check_named_keys
 from gateway.config.observability import LoggingSettings, MetricsSettings, TracingSettings
@@ -60,6 +61,7 @@ class Settings(BaseSettings):
     route_selection: SelectionSettings = Field(default_factory=SelectionSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
     clusters: dict[str, ClusterSettings] = Field(default_factory=dict)
     routes: dict[str, RouteSettings] = Field(default_factory=dict)
     models: dict[str, ModelSettings] = Field(default_factory=dict)
@@ -79,6 +81,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _check_references(self) -> Settings:
         check_references(self.clusters, self.routes, self.models)
+        check_spill(self.routes)
         admin_key = self.admin.api_key.get_secret_value() if self.admin.api_key else None
         if admin_key and admin_key in {key.get_secret_value() for key in self.auth.api_keys}:
             raise ValueError("admin.api_key: must differ from every client key in auth.api_keys")

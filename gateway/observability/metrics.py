@@ -33,6 +33,13 @@ The scheduling framework's instruments (:class:`RoutingMetrics`):
     - ``kvgate_state_fallbacks_total{reason}``: shared-store calls that fell back (timeout, error).
     - ``kvgate_engine_scrape_failures_total{endpoint}``, ``kvgate_engine_restarts_total{endpoint}``.
 
+Admission's instruments (:class:`AdmissionMetrics`; only with ``[admission] enabled``):
+    ``kvgate_admission_decisions_total{cluster, action, reason}`` (admit: ``free``/``queued``; spill:
+    ``spill_saturated``, cluster = the target; shed: ``shed_capacity`` 503, ``shed_key_limit`` 429),
+    ``kvgate_admission_queue_depth{cluster, priority}`` (scrape time), ``kvgate_admission_queue_wait_seconds
+    {cluster, priority}``, ``kvgate_admission_admitted_total{cluster, key}`` and ``kvgate_admission_key_share
+    {cluster, key}`` (scrape time: the key's share of the cluster's admissions since start, the fairness share).
+
 Route selection's instruments (:class:`RouteMetrics`):
     * ``kvgate_route_selections_total{model, cluster, reason}``: one per selected request, by the
       public name the client sent, the primary cluster chosen and the policy's reason
@@ -366,6 +373,76 @@ class _ClusterCollector(Collector):
                 load.add_metric([view.name], view.load)
             errors.add_metric([view.name], view.error_rate)
         yield from (ttft, load, errors)
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
+_QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class AdmissionMetrics:
+    """Admission's instruments on ``registry`` (see the module docstring); ``priorities``: class names, highest first."""
+
+    def __init__(self, registry: CollectorRegistry, priorities: tuple[str, ...]) -> None:
+        self.registry = registry
+        self.priorities = priorities
+        self.decisions = Counter(
+            "kvgate_admission_decisions", "Admission decisions by cluster, action (admit, spill, shed) and reason.",
+            ["cluster", "action", "reason"], registry=registry,
+        )
+        self.queue_wait = Histogram(
+            "kvgate_admission_queue_wait_seconds",
+            "Time a request waited in the gateway's admission queue, by cluster and priority, seconds.",
+            ["cluster", "priority"],
+            buckets=_QUEUE_WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.admitted = Counter(
+            "kvgate_admission_admitted", "Requests admitted (at once or after queueing) by cluster and key name.",
+            ["cluster", "key"], registry=registry,
+        )
+        self._admitted: dict[tuple[str, str], int] = {}  # (cluster, key) -> admitted, for the share gauge
+        for instrument in (self.decisions, self.queue_wait, self.admitted):
+            cache_children(instrument)
+
+    def count_admitted(self, cluster: str, key: str) -> None:
+        """One request of ``key`` admitted on ``cluster`` (the counter and the share's tally; keys bounded)."""
+        self.admitted.labels(cluster, key).inc()
+        tally = self._admitted
+        if (cluster, key) in tally or len(tally) < 10_000:
+            tally[(cluster, key)] = tally.get((cluster, key), 0) + 1
+
+    def watch_queue(self, depth: Callable[[str, int], int], clusters: Callable[[], Iterable[str]]) -> None:
+        """Export ``depth(cluster, priority)`` for ``clusters()`` and the key shares at scrape time."""
+        self.registry.register(_AdmissionCollector(self, depth, clusters))
+
+
+class _AdmissionCollector(Collector):
+    def __init__(
+        self, metrics: AdmissionMetrics, depth: Callable[[str, int], int], clusters: Callable[[], Iterable[str]]
+    ) -> None:
+        self._metrics, self._depth, self._clusters = metrics, depth, clusters
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            "kvgate_admission_queue_depth", "Requests waiting in the gateway's admission queue now.",
+            labels=["cluster", "priority"],
+        )
+        for cluster in self._clusters():
+            for index, priority in enumerate(self._metrics.priorities):
+                depth.add_metric([cluster, priority], float(self._depth(cluster, index)))
+        share = GaugeMetricFamily(
+            "kvgate_admission_key_share", "The key's share of the requests admitted on the cluster since start (0..1).",
+            labels=["cluster", "key"],
+        )
+        tally = dict(self._metrics._admitted)
+        totals: dict[str, int] = {}
+        for (cluster, _), count in tally.items():
+            totals[cluster] = totals.get(cluster, 0) + count
+        for (cluster, key), count in tally.items():
+            share.add_metric([cluster, key], count / totals[cluster])
+        yield from (depth, share)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())

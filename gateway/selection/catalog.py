@@ -63,7 +63,10 @@ class ModelCatalog:
     def from_settings(cls, settings: Settings) -> ModelCatalog:
         default = settings.upstream.timeouts
         routes = {
-            name: Route(name, tuple(route.clusters), timeouts=route_timeouts(route.timeouts, default), reason="route")
+            name: Route(
+                name, tuple(route.clusters), timeouts=route_timeouts(route.timeouts, default), reason="route",
+                spill_to=tuple(route.spill_to), max_queue_wait_s=route.max_queue_wait_s,
+            )
             for name, route in settings.routes.items()
         }
         clusters = {name: Route(name, (name,), timeouts=default, reason="cluster") for name in settings.clusters}

@@ -176,6 +176,10 @@ class LoadTracker:
             self._estimates[profile.name] = found
         return found
 
+    def service_s(self, profile: ClusterProfile) -> float:
+        """The cluster's service time now (the EWMA of request durations, the prior until measured), s."""
+        return self._for(profile).service_s
+
     def view(
         self,
         profile: ClusterProfile,

@@ -21,6 +21,9 @@ class Route:
         failover: False when failover is disabled for this request (one attempt only).
         reason: why this route was chosen (echoed in the ``x-kvgate-route`` header).
         timeouts: the attempt time limits on this route.
+        spill_to: clusters of the chain that take the overflow when the primary is saturated
+            (``[routes.NAME] spill_to``; admission, ``gateway/admission/``).
+        max_queue_wait_s: admission's wait limit on this route, s (None: ``[admission]``'s).
     """
 
     name: str
@@ -28,3 +31,5 @@ class Route:
     failover: bool = True
     reason: str = "model"
     timeouts: TimeoutSettings = TimeoutSettings()
+    spill_to: tuple[str, ...] = ()
+    max_queue_wait_s: float | None = None

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.endpoints.registry import EndpointRegistry
@@ -245,7 +245,7 @@ class RouteSelector:
         base = entry.route
         route = base
         if selection.clusters != base.clusters or selection.reason != base.reason:
-            route = Route(base.name, selection.clusters, failover=base.failover, reason=selection.reason, timeouts=base.timeouts)
+            route = replace(base, clusters=selection.clusters, reason=selection.reason)
         if selection.thinking_off:
             request = thinking_off(request, views[selection.clusters[0]].profile.thinking_switch)
         return Routed(request.model, route, request, selection, views, signals, limits, threshold)
@@ -270,12 +270,13 @@ class RouteSelector:
         view = routed.views.get(cluster) if routed is not None else None
         tokens = exchange.tokens
         first = exchange.first_token_at
+        started = exchange.started + getattr(exchange, "queued_s", 0.0)  # the engine's time, not the admission queue's
         self.tracker.observe(
             profile,
             ok=outcome == "success",
             wait_s=view.wait_s if view is not None else 0.0,
-            ttft_s=(first - exchange.started) if first is not None else None,
-            e2e_s=exchange.ended_at - exchange.started if exchange.ended_at else None,
+            ttft_s=(first - started) if first is not None else None,
+            e2e_s=exchange.ended_at - started if exchange.ended_at else None,
             output_tokens=tokens.output if tokens is not None else None,
         )
         admission = exchange.admission

@@ -218,9 +218,10 @@ def director(container: Any, routing: Any, upstream: FunctionUpstream, clock: Cl
 
     return Proxy(
         selector=container.selector, gate=ops.gate, catalog=container.catalog, registry=container.registry,
-        scheduler=routing.scheduler, opener=Opener(upstream, clock=clock, max_retry_after_s=5.0, max_cooldown_s=60.0, sleep=sleep),
+        scheduler=routing.scheduler,
+        opener=Opener(upstream, clock=clock, max_retry_after_s=5.0, max_cooldown_s=60.0, sleep=sleep, max_attempts=3),
         closeout=CloseOut(container.metrics, ops.pricing, ops.gate, ops.requests, clock=clock, selector=container.selector),
-        metrics=container.metrics, max_attempts=3,
+        metrics=container.metrics,
     )
 
 
