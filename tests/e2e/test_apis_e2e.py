@@ -53,7 +53,11 @@ def _client(origin: str) -> openai.OpenAI:
 
 
 def test_responses_create_stream_and_retrieve(gateways: list[str]) -> None:
-    client = _client(gateways[0])
+    with _client(gateways[0]) as client:
+        _responses(client)
+
+
+def _responses(client: openai.OpenAI) -> None:
     first = client.responses.create(model="smollm2", input="What is the capital of France?", max_output_tokens=16,
                                     temperature=0)
     print(f"\n[e2e] responses.create: {first.id} {first.output_text!r} usage={first.usage}")
@@ -68,10 +72,19 @@ def test_responses_create_stream_and_retrieve(gateways: list[str]) -> None:
 
 def test_three_turns_on_the_worker_holding_the_chain(gateways: list[str]) -> None:
     clients = [_client(origin) for origin in gateways]
-    for start in range(2):  # round-robin: the chain starts on each worker once
+    try:
+        _chains(clients)
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _chains(clients: list[openai.OpenAI]) -> None:
+    chains = []
+    for start in range(2):  # round-robin on the first app: the chains start on each worker once
         previous, endpoints = None, []
         for turn in range(3):
-            client = clients[(start + turn) % 2]  # alternate the kvgate apps: the record is in Redis
+            client = clients[turn % 2]  # alternate the kvgate apps: the record is in Redis
             extra = {"previous_response_id": previous} if previous else {}
             raw = client.responses.with_raw_response.create(
                 model="smollm2", input=f"Turn {turn}: name a colour.", max_output_tokens=8, **extra
@@ -80,13 +93,22 @@ def test_three_turns_on_the_worker_holding_the_chain(gateways: list[str]) -> Non
             endpoints.append(raw.headers["x-kvgate-endpoint"])
         print(f"[e2e] chain {start}: {endpoints}")
         assert len(set(endpoints)) == 1, endpoints
+        chains.append(endpoints[0])
+    assert len(set(chains)) == 2, chains  # over the two workers
 
 
 def test_anthropic_messages(gateways: list[str]) -> None:
     anthropic = pytest.importorskip("anthropic")
     client = anthropic.Anthropic(base_url=gateways[0], api_key="unused", max_retries=0, timeout=300)
+    try:
+        _messages(client)
+    finally:
+        client.close()
+
+
+def _messages(client: Any) -> None:
     messages = [{"role": "user", "content": "What is the capital of France?"}]
-    reply = client.messages.create(model="smollm2", max_tokens=16, messages=messages, temperature=0)
+    reply = client.messages.create(model="smollm2", max_tokens=16, messages=messages, extra_body={"temperature": 0})
     print(f"\n[e2e] messages.create: {reply.content[0].text!r} usage={reply.usage}")
     assert "Paris" in reply.content[0].text and reply.usage.output_tokens > 0
     with client.messages.stream(model="smollm2", max_tokens=8, messages=messages) as stream:

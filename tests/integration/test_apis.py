@@ -119,7 +119,11 @@ def _post(gateway: RunningGateway, path: str, body: dict[str, Any], **headers: s
 
 
 def test_responses_create_stream_retrieve(kvgate: RunningGateway) -> None:
-    client = _openai(kvgate)
+    with _openai(kvgate) as client:
+        _responses(client)
+
+
+def _responses(client: openai.OpenAI) -> None:
     first = client.responses.create(model=MODEL, input="Say hi", max_output_tokens=6)
     assert first.output_text and first.usage is not None and first.usage.output_tokens == 6
     assert client.responses.retrieve(first.id).id == first.id
@@ -151,9 +155,12 @@ def _chain(gateways: list[RunningGateway]) -> list[str]:
 
 
 def test_three_turns_stay_on_the_worker_holding_the_chain(kvgate: RunningGateway) -> None:
+    starts = []
     for _ in range(2):  # round-robin: the chain starts on each worker once
         endpoints = _chain([kvgate])
         assert len(set(endpoints)) == 1, endpoints
+        starts.append(endpoints[0])
+    assert sorted(starts) == ["gen-a", "gen-b"]
 
 
 def test_three_turns_across_two_gateways_sharing_redis(sims: dict[str, Sim], refusing: RefusingPort) -> None:
@@ -161,9 +168,12 @@ def test_three_turns_across_two_gateways_sharing_redis(sims: dict[str, Sim], ref
     first = RunningGateway(_config(sims, refusing, state), health_checks=False).start()
     second = RunningGateway(_config(sims, refusing, state), health_checks=False).start()
     try:
+        starts = []
         for _ in range(2):
             endpoints = _chain([first, second])
             assert len(set(endpoints)) == 1, endpoints
+            starts.append(endpoints[0])
+        assert sorted(starts) == ["gen-a", "gen-b"]
     finally:
         first.stop()
         second.stop()
@@ -184,7 +194,11 @@ def test_stored_response_on_a_down_endpoint_is_a_clear_503(kvgate: RunningGatewa
 
 def test_anthropic_messages(kvgate: RunningGateway) -> None:
     anthropic = pytest.importorskip("anthropic")
-    client = anthropic.Anthropic(base_url=kvgate.url, api_key=KEY, max_retries=0, timeout=30)
+    with anthropic.Anthropic(base_url=kvgate.url, api_key=KEY, max_retries=0, timeout=30) as client:
+        _messages(anthropic, client, kvgate)
+
+
+def _messages(anthropic: Any, client: Any, kvgate: RunningGateway) -> None:
     messages = [{"role": "user", "content": "Say hi"}]
     reply = client.messages.create(model=MODEL, max_tokens=6, messages=messages, system="Be brief.")
     assert reply.content[0].text and reply.usage.output_tokens == 6
@@ -193,14 +207,18 @@ def test_anthropic_messages(kvgate: RunningGateway) -> None:
         final = stream.get_final_message()
     assert len(text) == 4 and final.usage.output_tokens == 4
     assert client.messages.count_tokens(model=MODEL, messages=messages).input_tokens > 0
-    bad = anthropic.Anthropic(base_url=kvgate.url, api_key="sk-wrong", max_retries=0)
-    with pytest.raises(anthropic.AuthenticationError) as refused:
+    with anthropic.Anthropic(base_url=kvgate.url, api_key="sk-wrong", max_retries=0) as bad, \
+            pytest.raises(anthropic.AuthenticationError) as refused:
         bad.messages.create(model=MODEL, max_tokens=2, messages=messages)
     assert refused.value.body["type"] == "error"  # type: ignore[index]
 
 
 def test_embeddings_on_the_pooling_cluster_only(kvgate: RunningGateway) -> None:
-    client = _openai(kvgate)
+    with _openai(kvgate) as client:
+        _embeddings(client)
+
+
+def _embeddings(client: openai.OpenAI) -> None:
     reply = client.embeddings.create(model="embedder", input=["hello", "world"])
     assert len(reply.data) == 2 and reply.usage.prompt_tokens > 0
     with pytest.raises(openai.NotFoundError):
