@@ -36,15 +36,18 @@ from gateway.api.middleware import RequestIdMiddleware
 from gateway.endpoints.health import HealthChecker
 from gateway.endpoints.registry import EndpointRegistry
 from gateway.endpoints.allowlist import ConnectGuard, Resolver, system_resolver
-from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, NotFoundError
+from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedError
 from gateway.observability.metrics import GatewayMetrics
+from gateway.api_director import ApiDirector
 from gateway.attempt import Opener
 from gateway.closeout import CloseOut
 from gateway.observability.loop_lag import LoopLagMonitor
 from gateway.operations import Operations
+from gateway.protocol.apis import unknown_path
 from gateway.protocol.offload import ParseOffload
 from gateway.proxy import Proxy
 from gateway.selection.catalog import ModelCatalog
+from gateway.state.response_affinity import MemoryResponseAffinity, RedisResponseAffinity, ResponseAffinity
 from gateway.observability.metrics import AdmissionMetrics, RouteMetrics
 from gateway.selection.selector import RouteSelector, spent_from
 from gateway.scheduling.service import RoutingRuntime
@@ -75,6 +78,7 @@ class Container:
     selector: RouteSelector = None  # type: ignore[assignment]  # set by create_app: model or alias -> route, with a reason
     supervisor: WorkerSupervisor | None = None  # managed vLLM workers (kvgate up): /admin/workers
     loop_lag: LoopLagMonitor | None = None  # [metrics] loop_lag_interval_s: the event loop's lag, while the app runs
+    response_affinity: ResponseAffinity | None = None  # stored Responses -> their endpoint ([state])
 
     @staticmethod
     def json(content: Any, status: int = 200) -> Response:
@@ -96,7 +100,7 @@ async def _on_http_exception(request: Request, error: Exception) -> Response:
     if error.status_code == 405:
         return _error_response(MethodNotAllowedError(f"Method {request.method} is not allowed on {request.url.path}."))
     if error.status_code == 404:
-        return _error_response(NotFoundError(f"Unknown path: {request.method} {request.url.path}."))
+        return _error_response(unknown_path(request.method, request.url.path))
     if 400 <= error.status_code < 500:  # e.g. FastAPI's 400 for a body that is not JSON
         invalid = InvalidRequestError(str(error.detail))
         invalid.status = error.status_code
@@ -186,6 +190,18 @@ def _admission_gate(container: Container, routing: RoutingRuntime) -> AdmissionG
     return AdmissionGate(
         lambda: container.settings.admission, queue, loads=loads, service_s=service_s, price_usd=price_usd,
         quantile=settings.route_selection.wait_quantile, metrics=metrics,
+    )
+
+
+def response_affinity(settings: Settings, redis: Any) -> ResponseAffinity:
+    """Where stored responses are recorded -> their endpoint: this process's memory, or Redis
+    (``[state] backend``), for ``response_ttl_s`` seconds, at most ``response_max_entries`` here."""
+    state = settings.state
+    if redis is None:
+        return MemoryResponseAffinity(time.time, state.response_ttl_s, state.response_max_entries)
+    return RedisResponseAffinity(
+        redis, state.key_prefix, time.time, ttl_s=state.response_ttl_s, max_entries=state.response_max_entries,
+        deadline_s=max(state.deadline_ms / 1000, 0.25),
     )
 
 
@@ -289,6 +305,7 @@ def create_app(
     offload = ParseOffload(settings.server.parse_offload_bytes, settings.server.parse_workers) if (
         settings.server.parse_offload_bytes > 0) else None
     container.loop_lag = _loop_lag(settings, container.metrics)
+    container.response_affinity = response_affinity(settings, container.ops.redis)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -300,6 +317,7 @@ def create_app(
             client = NativeUpstream(settings.upstream, guard)
         container.upstream = client
         container.proxy = _director(container, routing, container.ops.wrap_upstream(client), offload)
+        container.proxy.apis = ApiDirector(container.proxy, lambda: container.settings, container.response_affinity)
         checker = HealthChecker(container.registry, client, settings.health, container.metrics, board=routing.board)
         task = asyncio.create_task(checker.run()) if health_checks else None
         await routing.start()

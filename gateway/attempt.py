@@ -158,13 +158,14 @@ class BufferedReply:
     content_type: str
     attempt: Any = None  # an Attempt (or anything with its ``succeeded``), ended by settle
     exchange: Exchange | None = None
+    reader: Callable[[bytes], Any] | None = None  # body -> OpenAI-shaped usage (another API's answer); None: ``usage``
 
     def settle(self) -> None:
         """End the attempt (prefix commit, breaker, closed loop) and the exchange (the close-out), once."""
         attempt, self.attempt = self.attempt, None
         if attempt is None:
             return
-        usage = usage_of(self.body)
+        usage = usage_of(self.body) if self.reader is None else self.reader(self.body)
         attempt.succeeded(usage, accepted=True)
         if self.exchange is not None:
             self.exchange.finish(SUCCESS, usage=usage)
@@ -281,7 +282,11 @@ class Opener:
         if spec.api_key:
             headers["Authorization"] = f"Bearer {spec.api_key}"
         try:
-            response = await self._upstream.post(spec.base_url + request.operation.path, body, headers, route.timeouts.connect_s)
+            if type(request) is InferenceRequest or request.method == "POST":
+                response = await self._upstream.post(spec.base_url + request.operation.path, body, headers, route.timeouts.connect_s)
+            else:  # another API's GET / DELETE of a stored response (gateway/api_director.py)
+                url = spec.base_url + request.operation.path
+                response = await self._upstream.request(request.method, url, body, headers, route.timeouts.connect_s)
         except UpstreamTimeoutError as error:
             raise Retry(_named(endpoint, error), "timeout") from None
         except UpstreamError as error:

@@ -56,6 +56,7 @@ from gateway.keys.gate import KeyGate
 from gateway.keys.limits import estimate_prompt_tokens
 from gateway.keys.model import KeyRecord
 from gateway.observability.metrics import GatewayMetrics
+from gateway.protocol.apis import ApiCall
 from gateway.protocol.offload import ParseOffload
 from gateway.protocol.openai import InferenceRequest, Operation, parse_request
 from gateway.protocol.sse import StreamObserver
@@ -75,7 +76,13 @@ Reply = BufferedReply | StreamRelay
 
 
 class Proxy:
-    """The director. Built once per app by ``create_app``."""
+    """The director. Built once per app by ``create_app``.
+
+    ``apis``: the director of the other APIs (Responses, Messages, embeddings: ``gateway/api_director.py``),
+    set by ``create_app``; :meth:`handle` hands it every :class:`~gateway.protocol.apis.ApiCall`.
+    """
+
+    apis: Any = None
 
     def __init__(
         self,
@@ -110,7 +117,8 @@ class Proxy:
         self._opener = opener
 
     async def handle(
-        self, operation: Operation, headers: Mapping[str, str], raw: bytes, state: Any, watch: Watch, key: KeyRecord
+        self, operation: Operation | ApiCall, headers: Mapping[str, str], raw: bytes, state: Any, watch: Watch,
+        key: KeyRecord,
     ) -> tuple[Reply, dict[str, str]]:
         """Serve one inference request whose body ``raw`` was read by the edge (module doc, steps 1-6).
 
@@ -124,6 +132,8 @@ class Proxy:
             GatewayError: the OpenAI-shaped error to answer with (the exchange is finished).
             ClientDisconnected: the client left while the request was forwarded (finished as cancelled).
         """
+        if type(operation) is ApiCall:
+            return await self.apis.handle(operation, headers, raw, state, watch, key)
         check_content_type(headers.get("content-type"))
         offload = self._parse_offload
         if offload is None or len(raw) <= offload.inline_limit:
@@ -213,8 +223,14 @@ class Proxy:
         route = selected if selected is not None else self._catalog.resolve(request.model).route
         return failover.apply_failover_header(failover_header, route, self._catalog.routes)
 
-    async def forward(self, request: InferenceRequest, exchange: Exchange, route: Route) -> Reply:
+    async def forward(
+        self, request: InferenceRequest, exchange: Exchange, route: Route, prompt: InferenceRequest | None = None,
+        pinned: Endpoint | None = None,
+    ) -> Reply:
         """Send ``request`` along ``route`` to the first endpoint that answers (step 5).
+
+        Another API's request (``gateway/api_director.py``) gives ``prompt``, the chat-shaped view
+        the scheduler hashes, and ``pinned``: the one endpoint to try (state affinity), unscheduled.
 
         Raises:
             UpstreamClientError: the endpoint's own 4xx, relayed.
@@ -225,8 +241,14 @@ class Proxy:
         walk = _Walk(request, exchange, route, self._max_attempts if route.failover else 1)
         for cluster in route.clusters:
             endpoints = self._registry.cluster(cluster)
+            if pinned is not None:
+                decision = Decision([pinned])
+                reply = await self._walk_cluster(walk, cluster, decision)
+                if reply is not None:
+                    return reply
+                break
             if endpoints:
-                decision = await self._scheduler.schedule(endpoints, request)
+                decision = await self._scheduler.schedule(endpoints, request if prompt is None else prompt)
                 reply = await self._walk_cluster(walk, cluster, decision)
                 if reply is not None:
                     return reply
@@ -276,6 +298,8 @@ class Proxy:
         Raises :class:`Retry` (the attempt still open: the caller ends it) or UpstreamClientError (ended here).
         """
         request, exchange, route = walk.request, walk.exchange, walk.route
+        if type(request) is not InferenceRequest:  # another API: its own observer, usage and state
+            return await request.open(self._opener, attempt, exchange, route)
         try:
             if not request.stream:
                 return await self._opener.buffered(attempt, request, exchange, route)

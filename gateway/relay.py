@@ -44,7 +44,12 @@ How a stream ends, as the client sees it:
       in-band error event was relayed: a failure whatever the HTTP status said).
     * the endpoint broke, went silent, or ended without ``[DONE]``: continued on another
       endpoint when allowed; otherwise kvgate appends one OpenAI-format error event and closes,
-      never a fake ``finish_reason`` or ``[DONE]``; ``upstream_error``.
+      never a fake ``finish_reason`` or ``[DONE]``; ``upstream_error``. Another API's stream
+      (Responses, Messages: its observer has ``error_event``) ends with that API's own error
+      event instead (``response.failed``, ``event: error``).
+
+``on_success``: called with the observer once a stream has succeeded (the Responses director
+records the ids of the terminal response there, ``gateway/api_director.py``).
 """
 
 from __future__ import annotations
@@ -135,7 +140,10 @@ class StreamRelay:
     reads (seconds); ``prompt_tokens``: the prompt's estimate, for a stream that reports no usage.
     """
 
-    __slots__ = ("_source", "_observer", "_exchange", "_idle_s", "_continuation", "_tried", "_rewriter", "_prompt_tokens", "headers")
+    __slots__ = (
+        "_source", "_observer", "_exchange", "_idle_s", "_continuation", "_tried", "_rewriter", "_prompt_tokens", "headers",
+        "on_success",
+    )
 
     def __init__(
         self,
@@ -156,6 +164,7 @@ class StreamRelay:
         self._rewriter: ContinuationRewriter | None = None
         self._prompt_tokens = prompt_tokens  # estimated, for when the endpoint reports no usage
         self.headers: list[tuple[bytes, bytes]] = []
+        self.on_success: Callable[[Any], None] | None = None  # called with the observer when the stream succeeded
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -325,8 +334,13 @@ class StreamRelay:
             return
         source.attempt.succeeded(observer.usage)  # measured usage only
         self._exchange.finish(SUCCESS, usage=self._usage(), first_token_at=observer.first_token_at)
+        if self.on_success is not None:
+            self.on_success(observer)
 
     def _error_event(self, message: str) -> bytes:
+        own = getattr(self._observer, "error_event", None)  # another API's own event (protocol/typed_events.py)
+        if own is not None:
+            return own(message)
         text = f"Upstream endpoint failed mid-stream: {message}."
         payload = {"error": {"message": text, "type": "server_error", "param": None, "code": "upstream_error"}}
         separator = b"\n\n" if self._observer.has_partial_event else b""

@@ -17,7 +17,7 @@ lower one, never from a higher one:
   ``gateway.observability`` (tracing, logging, the request log, stats).
 - **L4, one request's parts**: ``gateway.attempt``, ``gateway.relay``, ``gateway.closeout``,
   ``gateway.exchange``.
-- **L5, the director and the running gateway**: ``gateway.proxy``, ``gateway.operations``,
+- **L5, the director and the running gateway**: ``gateway.proxy`` (and ``gateway.api_director``, the other APIs), ``gateway.operations``,
   ``gateway.live_config``, ``gateway.process_pool``.
 - **L6, the doors**: ``gateway.api``, ``gateway.app``, ``gateway.cli``.
 
@@ -66,6 +66,7 @@ LAYERS: dict[str, int] = {
     "gateway.closeout": 4,
     "gateway.exchange": 4,
     "gateway.proxy": 5,
+    "gateway.api_director": 5,
     "gateway.operations": 5,
     "gateway.live_config": 5,
     "gateway.process_pool": 5,

@@ -39,6 +39,10 @@ _KILL_GRACE_S = 5.0
 _POLL_S = 0.05
 
 
+RESPONSES_STORE_ENV = "VLLM_ENABLE_RESPONSES_API_STORE"
+"""vLLM keeps stored Responses (in the worker's memory) only with this set to ``1``."""
+
+
 class WorkerProcess:
     """A child process in its own process group, with an HTTP health URL.
 
@@ -59,8 +63,13 @@ class WorkerProcess:
     @classmethod
     def for_spec(cls, spec: WorkerSpec, python: str | Path, log_path: Path, *,
                  base_env: Mapping[str, str] | None = None, name: str = "worker") -> WorkerProcess:
-        """A vLLM worker for ``spec`` run by ``python``; ``base_env`` defaults to ``os.environ``."""
+        """A vLLM worker for ``spec`` run by ``python``; ``base_env`` defaults to ``os.environ``.
+
+        The worker stores Responses (``VLLM_ENABLE_RESPONSES_API_STORE=1``, unless ``base_env``
+        sets it): kvgate routes ``previous_response_id`` and ``GET /v1/responses/{id}`` to the
+        worker holding them (``gateway/api_director.py``); without it vLLM answers those 404."""
         env = worker_env(spec, os.environ if base_env is None else base_env)
+        env.setdefault(RESPONSES_STORE_ENV, "1")
         return cls(worker_argv(spec, str(python)), env=env, log_path=log_path,
                    health_url=f"{spec.origin}/health", name=name)
 

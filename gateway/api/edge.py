@@ -1,7 +1,10 @@
 """The edge: what every inference request gets, whichever door it came in by.
 
 One :class:`Edge` (built once per app by ``create_app``) serves ``POST /v1/chat/completions``
-and ``POST /v1/completions`` for both doors: the raw protocol door
+and ``POST /v1/completions``, and every other API of ``gateway/protocol/apis.py`` (Responses,
+Messages, embeddings, rerank, score; as an :class:`~gateway.protocol.apis.ApiCall`, by the ASGI
+door only: the client key also from ``x-api-key`` where the API takes it there, errors in the
+API's own shape), for both doors: the raw protocol door
 (:class:`~gateway.api.server.InferenceCycle`, the fast path of ``kvgate serve``) and the ASGI door
 (:class:`~gateway.api.openai.AsgiDoor`, taken by any other ASGI server, a URL with a query string,
 or a test's ``httpx.ASGITransport``). It owns, once:
@@ -44,6 +47,8 @@ from gateway.api.middleware import incoming_request_id, new_request_id
 from gateway.closeout import access_line
 from gateway.errors import GatewayError, PayloadTooLargeError
 from gateway.observability.tracing import CURRENT, RequestTrace
+from gateway.protocol import messages
+from gateway.protocol.apis import ApiCall
 from gateway.protocol.openai import Operation
 from gateway.proxy import BufferedReply
 from gateway.relay import ClientDisconnected
@@ -167,15 +172,18 @@ class Edge:
         self._observed = tracer is not None or access_log
         self._clock = clock
 
-    def serve(self, door: Door, operation: Operation) -> Awaitable[None]:
+    def serve(self, door: Door, operation: Operation | ApiCall) -> Awaitable[None]:
         """Serve one inference request through ``door``: the awaitable that answers it (never raises
-        but CancelledError; an unexpected error is logged and answered, see the module doc)."""
+        but CancelledError; an unexpected error is logged and answered, see the module doc).
+
+        ``operation``: chat or completions (the fast path), or another API's :class:`ApiCall`
+        (``gateway/protocol/apis.py``: its client-key headers, its error shape)."""
         raw_id = incoming_request_id(door.scope["headers"]) or new_request_id()
         if self._observed:
             return self._serve_observed(door, operation, raw_id)
         return self._serve(door, operation, raw_id, types.SimpleNamespace(request_id=raw_id.decode()), None)
 
-    async def _serve_observed(self, door: Door, operation: Operation, raw_id: bytes) -> None:
+    async def _serve_observed(self, door: Door, operation: Operation | ApiCall, raw_id: bytes) -> None:
         """:meth:`_serve` with the request's trace around it and its access-log line after it."""
         scope = door.scope
         state = types.SimpleNamespace(request_id=raw_id.decode())
@@ -204,7 +212,9 @@ class Edge:
                     path=scope["path"], status=status, duration_s=self._clock() - started, extra=extra,
                 )
 
-    async def _serve(self, door: Door, operation: Operation, raw_id: bytes, state: Any, seen: _Seen | None) -> int:
+    async def _serve(
+        self, door: Door, operation: Operation | ApiCall, raw_id: bytes, state: Any, seen: _Seen | None
+    ) -> int:
         """Authenticate, read, direct, answer; the HTTP status answered (499: the client left)."""
         scope = door.scope
         container = self._container
@@ -212,7 +222,8 @@ class Edge:
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(scope["headers"])}
         try:
             try:
-                key = container.ops.gate.authenticate(headers.get("authorization"))  # 401 before reading a body
+                authorization = headers.get("authorization") if type(operation) is not ApiCall else _authorization(operation, headers)
+                key = container.ops.gate.authenticate(authorization)  # 401 before reading a body
                 limit = container.settings.server.max_body_bytes
                 check_body_size(headers.get("content-length"), 0, limit)
                 raw = await door.read_body(limit)
@@ -227,7 +238,8 @@ class Edge:
                     await pending
                 return 499
             except GatewayError as error:
-                pending = self._write(door, error.status, JSON, error.body(), _with_id(error_headers(error), raw_id), seen)
+                body = error.body() if type(operation) is not ApiCall else operation.api.error_body(error)
+                pending = self._write(door, error.status, JSON, body, _with_id(error_headers(error), raw_id), seen)
                 if pending is not None:
                     await pending
                 return error.status
@@ -271,6 +283,15 @@ class Edge:
             raise error
         if isinstance(error, asyncio.CancelledError):
             raise error
+
+
+def _authorization(operation: ApiCall, headers: dict[str, str]) -> str | None:
+    """The ``Authorization`` value to authenticate another API's request: the header, or on an API
+    that takes its key in other headers (Anthropic's ``x-api-key``) that key as a Bearer token."""
+    if operation.api.client_headers:
+        key = messages.client_key(headers)
+        return f"Bearer {key}" if key else None
+    return headers.get("authorization")
 
 
 def _with_id(headers: Headers, raw_id: bytes) -> Headers:

@@ -9,6 +9,10 @@ middleware, pattern matching over every admin route). The raw protocol door
 (``api/server.py``) serves the same two routes without ASGI; every other route (admin, health,
 metrics, ``/v1/models``) goes through FastAPI.
 
+The other APIs of ``gateway/protocol/apis.py`` (Responses, Messages, embeddings, rerank, score)
+are handed to the edge the same way, as an :class:`~gateway.protocol.apis.ApiCall`: always by this
+door (the raw door serves chat and completions only), looked up in the table once per request.
+
 The two inference routes stay in :data:`routes` for the router's 405 on other methods and for
 the OpenAPI document; their POST never reaches the router.
 """
@@ -22,7 +26,12 @@ from fastapi import FastAPI, Request, Response
 from starlette.routing import Route
 
 from gateway.api.edge import INFERENCE_PATHS, Edge, check_body_size
+from gateway.protocol.apis import ApiCall, call_for
+from gateway.protocol.openai import Operation
 from gateway.relay import race_disconnect
+
+_API_PREFIXES = ("/v1/responses", "/v1/messages", "/v1/embeddings", "/v1/rerank", "/v1/score")
+"""The paths of the other APIs (``gateway/protocol/apis.py``): looked up in the table, by the edge."""
 
 
 class AsgiDoor:
@@ -90,8 +99,10 @@ class GatewayApp(FastAPI):
     edge: Edge
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            operation = INFERENCE_PATHS.get(scope["path"])
+        if scope["type"] == "http":
+            operation: Operation | ApiCall | None = INFERENCE_PATHS.get(scope["path"]) if scope["method"] == "POST" else None
+            if operation is None and scope["path"].startswith(_API_PREFIXES):  # another API of the table
+                operation = call_for(scope["method"], scope["path"], scope.get("query_string", b""))
             if operation is not None:
                 scope["app"] = self
                 await self.edge.serve(AsgiDoor(scope, receive, send), operation)
@@ -110,12 +121,19 @@ async def list_models(request: Request) -> Response:
     container = request.app.state.container
     key = container.ops.gate.authenticate(request.headers.get("authorization"))
     created = container.started_at
+    clusters = container.settings.clusters
     data = [
-        {"id": entry.id, "object": "model", "created": created, "owned_by": "kvgate"}
+        {"id": entry.id, "object": "model", "created": created, "owned_by": "kvgate",
+         "serves": _serves(clusters.get(entry.cluster))}
         for entry in container.catalog.entries()
         if key.limits.allows(entry.id)
     ]
     return container.json({"object": "list", "data": data})
+
+
+def _serves(cluster: Any) -> str:
+    """What a model's primary cluster serves: ``generate`` or ``pooling`` (``[clusters.NAME] serves``)."""
+    return getattr(cluster, "serves", "generate") if cluster is not None else "generate"
 
 
 routes = [

@@ -4,6 +4,8 @@ routes (a primary cluster and its failover chain) and the public model names tha
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator, model_validator
 
 from gateway.config.section import Section, endpoint_url_problem, redact_url
@@ -54,6 +56,9 @@ class ClusterSettings(Section):
         "none", description="How to switch thinking off here for a downgraded reasoning request (selection/rewrite.py)."
     )
     selection: ClusterSelectionSettings = Field(default_factory=ClusterSelectionSettings)
+    serves: Literal["generate", "pooling"] = Field(
+        "generate", description="generate (chat, completions, Responses, Messages) | pooling (embeddings, rerank, score)."
+    )
 
 
 class RouteSettings(Section):

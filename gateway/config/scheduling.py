@@ -200,6 +200,12 @@ class StateSettings(_Section):
     )
     retry_after_s: float = Field(1.0, ge=0, description="After a failure, Redis is skipped for this long.")
     max_pending_writes: int = Field(10_000, ge=1, description="Queued index writes kept while Redis is slow.")
+    response_ttl_s: float = Field(
+        86_400.0, gt=0, description="A stored Responses answer's record (id -> endpoint) expires after this long."
+    )
+    response_max_entries: int = Field(
+        100_000, ge=1, description="Stored-response records this replica keeps in memory (oldest out)."
+    )
 
     @model_validator(mode="after")
     def _url_for_redis(self) -> StateSettings:

@@ -100,6 +100,29 @@ APIS: tuple[Api, ...] = (
 )
 """Every API, in the order the docs list them."""
 
+@dataclass(frozen=True, slots=True)
+class ApiCall:
+    """One request's API, as the edge found it: the row, the path's ``{id}`` (or None), the path
+    itself and the raw query string (forwarded as it came, e.g. ``?stream=true`` on a retrieve)."""
+
+    api: Api
+    ident: str | None
+    path: str
+    query: bytes = b""
+
+    @property
+    def upstream_path(self) -> str:
+        """The path (and query) to append to an endpoint's ``base_url``."""
+        tail = upstream_path(self.path)
+        return tail + "?" + self.query.decode("latin-1") if self.query else tail
+
+
+def call_for(method: str, path: str, query: bytes = b"") -> ApiCall | None:
+    """The :class:`ApiCall` for ``method path`` (None: no API serves it)."""
+    found = match(method, path)
+    return None if found is None else ApiCall(found[0], found[1], path, query)
+
+
 BY_NAME: dict[str, Api] = {api.name: api for api in APIS}
 _EXACT: dict[tuple[str, str], Api] = {(api.method, path): api for api in APIS for path in api.paths if "{id}" not in path}
 _TEMPLATED: tuple[tuple[Api, str, str], ...] = tuple(

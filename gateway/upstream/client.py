@@ -154,6 +154,19 @@ class AiohttpUpstream:
             raise _translate(error, url) from None
         return decoded(_AiohttpResponse(response, url))  # a compressed answer is decoded
 
+    async def request(
+        self, method: str, url: str, body: bytes, headers: Mapping[str, str], connect_timeout_s: float
+    ) -> UpstreamResponse:
+        """As :meth:`post` with another HTTP ``method`` (``GET``, ``DELETE``)."""
+        timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout_s)
+        try:
+            response = await self._session.request(
+                method, url, data=body or None, headers=headers, timeout=timeout, allow_redirects=False
+            )
+        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            raise _translate(error, url) from None
+        return decoded(_AiohttpResponse(response, url))
+
     async def probe(self, url: str, timeout_s: float) -> int:
         try:
             async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s), allow_redirects=False) as response:

@@ -123,6 +123,15 @@ class FunctionUpstream:
         self.responses.append(response)
         return response
 
+    async def request(
+        self, method: str, url: str, body: bytes, headers: Mapping[str, str], connect_timeout_s: float
+    ) -> FunctionResponseStream:
+        """As :meth:`post` with another HTTP ``method`` (``GET``, ``DELETE``)."""
+        request = FunctionRequest(method, url, dict(headers), body)
+        response = FunctionResponseStream(request, await self._call(request))
+        self.responses.append(response)
+        return response
+
     async def probe(self, url: str, timeout_s: float) -> int:
         return (await self._call(FunctionRequest("GET", url, {}))).status
 

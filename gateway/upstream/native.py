@@ -224,6 +224,12 @@ class NativeUpstream:
     async def post(self, url: str, body: bytes, headers: Mapping[str, str], connect_timeout_s: float) -> UpstreamResponse:
         return decoded(await self._request(b"POST", url, body, headers, connect_timeout_s))
 
+    async def request(
+        self, method: str, url: str, body: bytes, headers: Mapping[str, str], connect_timeout_s: float
+    ) -> UpstreamResponse:
+        """As :meth:`post` with another HTTP ``method`` (``GET``, ``DELETE``: the Responses API's stored responses)."""
+        return decoded(await self._request(method.encode("ascii"), url, body, headers, connect_timeout_s))
+
     async def probe(self, url: str, timeout_s: float) -> int:
         response: Response | None = None
         try:

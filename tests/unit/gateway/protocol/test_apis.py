@@ -77,3 +77,11 @@ def test_unknown_path_is_a_404_naming_the_routes_or_a_405() -> None:
 def test_upstream_path_is_below_the_v1_base() -> None:
     assert apis.upstream_path("/v1/responses/resp_1/cancel") == "/responses/resp_1/cancel"
     assert apis.upstream_path("/v1/messages") == "/messages"
+
+
+def test_call_for_keeps_the_id_and_the_query_for_the_endpoint() -> None:
+    call = apis.call_for("GET", "/v1/responses/resp_1", b"stream=true&starting_after=3")
+    assert call is not None and call.api.name == "responses.retrieve" and call.ident == "resp_1"
+    assert call.upstream_path == "/responses/resp_1?stream=true&starting_after=3"
+    assert apis.call_for("POST", "/v1/messages").upstream_path == "/messages"  # type: ignore[union-attr]
+    assert apis.call_for("GET", "/v1/messages") is None

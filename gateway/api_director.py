@@ -1,0 +1,299 @@
+"""The director of every API but chat and text completions: Responses, Messages, embeddings, rerank, score.
+
+:meth:`gateway.proxy.Proxy.handle` hands an :class:`~gateway.protocol.apis.ApiCall` (the edge found
+its row in :mod:`gateway.protocol.apis`) to :meth:`ApiDirector.handle`, which takes the same spine
+as chat: parse once (the row's ``parse``), route selection over the request's chat-shaped
+``prompt`` (a model-only view when the API has none), ``X-Failover-Route``, the key's quotas, the
+exchange and its close-out, admission, then :meth:`Proxy.forward <gateway.proxy.Proxy.forward>`
+(scheduling over the prompt, failover before the first byte). What differs per API:
+
+* **clusters**: a row that ``serves = "pooling"`` (embeddings, rerank, score) goes only to clusters
+  whose ``[clusters.NAME] serves = "pooling"``; the others only to ``generate`` clusters
+  (404 ``model_not_found`` naming what the model serves);
+* **the endpoint's answer**: sent to ``base_url + apis.upstream_path(path)`` with the client's query
+  string, by the row's method; never asked for usage (``stream_options`` is chat's);
+* **usage**: a buffered answer's by the row's ``usage`` reader, a stream's by the row's observer
+  (normalized to OpenAI's shape, so the close-out prices cached tokens at the cached price as for
+  chat); a stream broken after content ends with the API's own error event; never continued;
+* **state affinity** (Responses): a request with a ``state_id`` (``previous_response_id``, an
+  encrypted reasoning item, or ``GET``/``cancel``/``DELETE`` of ``/v1/responses/{id}``) goes to
+  the endpoint recorded for it (:mod:`gateway.state.response_affinity`), alone, with no failover:
+  another endpoint lacks the history. It being gone, unhealthy, draining or failing is a 503
+  ``stored_response_unavailable`` naming the cause; no record is a 404 ``response_not_found``.
+  The id of every stored answer is recorded -> its endpoint before the client sees it (a buffered
+  200, or a stream's ``response.created``), so the next turn, on any replica sharing the store,
+  finds it.
+
+Errors are rendered by the edge in the row's shape (Anthropic's on ``/v1/messages``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway.attempt import Attempt, BufferedReply, Opener, Retry
+from gateway.errors import (
+    GatewayError,
+    ModelNotFoundError,
+    NoHealthyEndpointError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
+from gateway.exchange import CANCELLED, CLIENT_ERROR, UPSTREAM_ERROR, Exchange
+from gateway.keys.limits import estimate_prompt_tokens
+from gateway.keys.model import KeyRecord
+from gateway.protocol import responses
+from gateway.protocol.api_request import ApiRequest
+from gateway.protocol.apis import Api, ApiCall
+from gateway.protocol.openai import InferenceRequest, Operation
+from gateway.protocol.typed_events import openai_usage
+from gateway.protocol.validation import check_content_type
+from gateway.relay import ClientDisconnected, StreamRelay
+from gateway.selection.route import Route
+from gateway.state.response_affinity import ResponseAffinity, StoredResponseUnavailableError, resolve
+
+if TYPE_CHECKING:
+    from gateway.config import Settings
+    from gateway.endpoints.model import Endpoint
+    from gateway.proxy import Proxy, Reply, Watch
+
+_BROKEN = (UpstreamError, UpstreamTimeoutError, NoHealthyEndpointError)
+_PENDING: set[asyncio.Future[None]] = set()  # records written after a stream's end (kept from the GC)
+
+
+@dataclass(slots=True, eq=False)
+class _Target:
+    path: str  # what ``Opener`` appends to the endpoint's ``base_url`` (``operation.path``)
+
+
+class Outgoing:
+    """What the :class:`~gateway.attempt.Opener` sends for another API's request (quacks like the
+    :class:`~gateway.protocol.openai.InferenceRequest` it reads: ``operation.path``, ``stream``,
+    ``wants_usage``, ``raw``, ``body_for``), and how one attempt on it is opened (:meth:`open`)."""
+
+    __slots__ = ("api", "request", "operation", "method", "stream", "raw", "wants_usage", "_affinity", "recorded")
+
+    def __init__(self, call: ApiCall, request: ApiRequest, affinity: ResponseAffinity | None) -> None:
+        self.api: Api = call.api
+        self.request = request
+        self.operation = _Target(call.upstream_path)
+        self.method = call.api.method
+        self.stream = request.stream
+        self.raw = request.raw
+        self.wants_usage = True  # never add ``stream_options``: it is chat's and completions'
+        self._affinity = affinity
+        self.recorded: list[str] = []
+
+    def body_for(self, served_model: str, ask_usage: bool = False) -> bytes:
+        """The bytes sent to an endpoint serving ``served_model`` (``ask_usage`` is ignored)."""
+        del ask_usage
+        return self.request.body_for(served_model)
+
+    async def open(self, opener: Opener, attempt: Attempt, exchange: Exchange, route: Route) -> Reply:
+        """One attempt (the director's ``_attempt`` for this API): a buffered reply read by the
+        row's usage reader, or a relay watched by the row's observer; stored ids recorded first.
+
+        Raises :class:`~gateway.attempt.Retry` (the attempt still open) or UpstreamClientError (ended here).
+        """
+        api = self.api
+        try:
+            if not self.stream or api.observer is None:
+                reply = await opener.buffered(attempt, self, exchange, route)  # type: ignore[arg-type]
+                reply.reader = self._usage
+                if api.state == "creates" and reply.status == 200:
+                    await self._record_buffered(reply, attempt.endpoint.spec.name)
+                return reply
+            observer = api.observer(opener.clock)
+            source = await opener.stream(attempt, self, exchange, route, observer)  # type: ignore[arg-type]
+            if api.state == "creates" and observer.response_id and responses.stores(self.request):
+                await self._record([observer.response_id], attempt.endpoint.spec.name)
+        except Retry:
+            raise
+        except BaseException:
+            attempt.abandoned()
+            raise
+        attempt.accepted()
+        relay = StreamRelay(
+            source=source, observer=observer, exchange=exchange, idle_s=route.timeouts.idle_s,  # type: ignore[arg-type]
+            prompt_tokens=estimate_prompt_tokens(len(self.raw)),
+        )
+        if api.state == "creates" and self._affinity is not None:
+            endpoint = attempt.endpoint.spec.name
+            relay.on_success = lambda seen: self._record_later(getattr(seen, "response", None), endpoint)
+        return relay
+
+    def _usage(self, body: bytes) -> dict[str, Any] | None:
+        """A buffered answer's usage in OpenAI's shape (what the close-out reads), or None."""
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+        tokens = self.api.usage(parsed)
+        return None if tokens is None else openai_usage(tokens)
+
+    async def _record_buffered(self, reply: BufferedReply, endpoint: str) -> None:
+        try:
+            parsed = orjson.loads(reply.body)
+        except orjson.JSONDecodeError:
+            return
+        await self._record(responses.ids_to_record(self.request, parsed), endpoint)
+
+    def _record_later(self, response: Any, endpoint: str) -> None:
+        """At a stream's end: record the ids of its terminal response not recorded yet (its
+        encrypted reasoning items), in a task (the stream's end is not awaited)."""
+        ids = [rid for rid in responses.ids_to_record(self.request, response) if rid not in self.recorded]
+        if ids:
+            task = asyncio.ensure_future(self._record(ids, endpoint))
+            _PENDING.add(task)
+            task.add_done_callback(_PENDING.discard)
+
+    async def _record(self, ids: list[str], endpoint: str) -> None:
+        """Record ``ids`` -> ``endpoint``; a store failure is the store's to count: the answer stands."""
+        if self._affinity is None:
+            return
+        for response_id in ids:
+            try:
+                await self._affinity.record(response_id, endpoint)
+            except GatewayError:
+                continue
+            self.recorded.append(response_id)
+
+
+class ApiDirector:
+    """Directs every :class:`ApiCall` (see the module doc). One per app, on ``Proxy.apis``.
+
+    ``settings``: the current settings (``[clusters.NAME] serves`` is read per request, so a
+    reload applies); ``affinity``: where stored responses are recorded (None: Responses are
+    routed like any request and a ``state_id`` is a 404).
+    """
+
+    __slots__ = ("_proxy", "_settings", "_affinity")
+
+    def __init__(self, proxy: Proxy, settings: Callable[[], Settings], affinity: ResponseAffinity | None) -> None:
+        self._proxy = proxy
+        self._settings = settings
+        self._affinity = affinity
+
+    async def handle(
+        self, call: ApiCall, headers: Mapping[str, str], raw: bytes, state: Any, watch: Watch, key: KeyRecord
+    ) -> tuple[Reply, dict[str, str]]:
+        """As :meth:`gateway.proxy.Proxy.handle`, for ``call``'s API (same errors, same exchange)."""
+        proxy = self._proxy
+        if raw:
+            check_content_type(headers.get("content-type"))
+        request = call.api.parse(raw, call.ident)
+        assert isinstance(request, ApiRequest)
+        pinned = await self._pinned(request) if request.state_id is not None else None
+        view = request.prompt if request.prompt is not None else self._model_view(request, pinned, key)
+        selector = proxy._selector
+        routed = await selector.select(view, key, headers)
+        route = proxy.route_for(view, headers.get("x-failover-route"), routed.route)
+        route = self._serving(route, call.api, view.model) if pinned is None else _pinned_route(route, pinned)
+        admission = await proxy._gate.admit(
+            key, view.model, len(raw), route.clusters, lambda: selector.reservation(routed, route, len(raw))
+        )
+        exchange = proxy._closeout.open(state.request_id, view.model, admission, state)
+        selector.attach(exchange, routed)
+        outgoing = Outgoing(call, request, self._affinity)
+        try:
+            route = proxy.admit(route, exchange)
+            reply = await watch(self._forward(outgoing, view, exchange, route, pinned))
+        except ClientDisconnected:
+            exchange.finish(CANCELLED)
+            raise
+        except GatewayError as error:
+            exchange.error_type, exchange.status = error.code or str(error.status), error.status
+            exchange.finish(CLIENT_ERROR if error.status < 500 else UPSTREAM_ERROR)
+            raise
+        route_headers = {
+            "x-kvgate-route": f"{route.name}; reason={route.reason}",
+            "x-kvgate-cluster": exchange.cluster,
+            "x-kvgate-endpoint": exchange.endpoint,
+        }
+        return reply, route_headers
+
+    async def _forward(
+        self, outgoing: Outgoing, view: InferenceRequest, exchange: Exchange, route: Route, pinned: Endpoint | None
+    ) -> Reply:
+        """The director's attempts; on a pinned endpoint a failure is the stored state's unavailability."""
+        try:
+            return await self._proxy.forward(outgoing, exchange, route, view, pinned)  # type: ignore[arg-type]
+        except _BROKEN as error:
+            if pinned is None:
+                raise
+            raise _unavailable(outgoing.request, pinned.spec.name, error.message) from None
+
+    async def _pinned(self, request: ApiRequest) -> Endpoint:
+        """The endpoint holding ``request.state_id`` (404 / 503 from ``resolve`` otherwise)."""
+        assert request.state_id is not None
+        registry = self._proxy._registry
+        if self._affinity is None:
+            raise _unavailable(request, "unknown", "no response store is configured")
+
+        def unavailable(name: str) -> str | None:
+            endpoint = registry.find(name)
+            if endpoint is None:
+                return "not in any cluster"
+            if endpoint.draining:
+                return "draining"
+            if not endpoint.breaker.available():
+                return "circuit open"
+            if not endpoint.routable:
+                return "unhealthy"
+            return None
+
+        name = await resolve(self._affinity, request.state_id, responses.state_param(request), unavailable)
+        endpoint = registry.find(name)
+        assert endpoint is not None
+        return endpoint
+
+    def _model_view(self, request: ApiRequest, pinned: Endpoint | None, key: KeyRecord) -> InferenceRequest:
+        """The view route selection reads for a request with no prompt (pooling, count_tokens, a
+        stored response): its model, no messages. A stored response names no model: the first
+        public name the key may use whose primary cluster holds the endpoint (else that cluster)."""
+        model = request.model
+        if not model and pinned is not None:
+            cluster = pinned.spec.cluster
+            model = next(
+                (entry.id for entry in self._proxy._catalog.entries()
+                 if entry.cluster == cluster and key.limits.allows(entry.id)),
+                cluster,
+            )
+        return InferenceRequest(Operation.CHAT, model, False, {"model": model, "messages": []}, request.raw)
+
+    def _serving(self, route: Route, api: Api, model: str) -> Route:
+        """``route`` with only the clusters that serve ``api`` (``generate`` or ``pooling``); 404 if none."""
+        clusters = self._settings().clusters
+        kept = tuple(name for name in route.clusters if _serves(clusters.get(name)) == api.serves)
+        if kept == route.clusters:
+            return route
+        if not kept:
+            what = "embeddings, rerank and score only" if api.serves == "generate" else "text generation only"
+            raise ModelNotFoundError(
+                f"The model `{model}` serves {what}: {api.method} {api.paths[0]} is not served for it.", param="model"
+            )
+        return Route(route.name, kept, failover=route.failover, reason=route.reason, timeouts=route.timeouts)
+
+
+def _serves(cluster: Any) -> str:
+    return getattr(cluster, "serves", "generate") if cluster is not None else "generate"
+
+
+
+
+def _pinned_route(route: Route, pinned: Endpoint) -> Route:
+    """The one-cluster, no-failover route to the endpoint holding the state."""
+    return Route(route.name, (pinned.spec.cluster,), failover=False, reason="response_affinity", timeouts=route.timeouts)
+
+
+def _unavailable(request: ApiRequest, endpoint: str, why: str) -> StoredResponseUnavailableError:
+    return StoredResponseUnavailableError(
+        f"Response '{request.state_id}' is stored on endpoint '{endpoint}', which is unavailable ({why}); "
+        "its stored state is only there. Retry later, or start again without it.",
+        param=responses.state_param(request),
+    )
