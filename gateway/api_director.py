@@ -201,7 +201,8 @@ class ApiDirector:
         selector.attach(exchange, routed)
         outgoing = Outgoing(call, request, self._affinity)
         try:
-            route = proxy.admit(route, exchange)
+            if proxy._admission is not None and pinned is None:  # a stored response's endpoint is never spilled from
+                route = await proxy.admit(route, exchange, key.name, headers, routed, watch)
             reply = await watch(self._forward(outgoing, view, exchange, route, pinned))
         except ClientDisconnected:
             exchange.finish(CANCELLED)
