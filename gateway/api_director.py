@@ -44,7 +44,8 @@ from gateway.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
-from gateway.exchange import CANCELLED, CLIENT_ERROR, UPSTREAM_ERROR, Exchange
+from gateway.exchange import Exchange
+from gateway.proxy import end_failed, route_headers
 from gateway.keys.limits import estimate_prompt_tokens
 from gateway.keys.model import KeyRecord
 from gateway.protocol import responses
@@ -204,19 +205,10 @@ class ApiDirector:
             if proxy._admission is not None and pinned is None:  # a stored response's endpoint is never spilled from
                 route = await proxy.admit(route, exchange, key.name, headers, routed, watch)
             reply = await watch(self._forward(outgoing, view, exchange, route, pinned))
-        except ClientDisconnected:
-            exchange.finish(CANCELLED)
+        except (ClientDisconnected, GatewayError) as error:
+            end_failed(exchange, error)
             raise
-        except GatewayError as error:
-            exchange.error_type, exchange.status = error.code or str(error.status), error.status
-            exchange.finish(CLIENT_ERROR if error.status < 500 else UPSTREAM_ERROR)
-            raise
-        route_headers = {
-            "x-kvgate-route": f"{route.name}; reason={route.reason}",
-            "x-kvgate-cluster": exchange.cluster,
-            "x-kvgate-endpoint": exchange.endpoint,
-        }
-        return reply, route_headers
+        return reply, route_headers(route, exchange)
 
     async def _forward(
         self, outgoing: Outgoing, view: InferenceRequest, exchange: Exchange, route: Route, pinned: Endpoint | None

@@ -152,19 +152,10 @@ class Proxy:
             if self._admission is not None:
                 route = await self.admit(route, exchange, key.name, headers, routed, watch)
             reply = await watch(self.forward(routed.request, exchange, route))
-        except ClientDisconnected:
-            exchange.finish(CANCELLED)
+        except (ClientDisconnected, GatewayError) as error:
+            end_failed(exchange, error)
             raise
-        except GatewayError as error:
-            exchange.error_type, exchange.status = error.code or str(error.status), error.status
-            exchange.finish(CLIENT_ERROR if error.status < 500 else UPSTREAM_ERROR)
-            raise
-        route_headers = {
-            "x-kvgate-route": f"{route.name}; reason={route.reason}",
-            "x-kvgate-cluster": exchange.cluster,
-            "x-kvgate-endpoint": exchange.endpoint,
-        }
-        return reply, route_headers
+        return reply, route_headers(route, exchange)
 
     async def admit(
         self, route: Route, exchange: Exchange, key: str, headers: Mapping[str, str], routed: Routed, watch: Watch
@@ -362,3 +353,22 @@ def _may_try(endpoint: Endpoint, retry_at: list[float]) -> bool:
         retry_at.append(endpoint.breaker.retry_at)
         return False
     return True
+
+
+def end_failed(exchange: Exchange, error: ClientDisconnected | GatewayError) -> None:
+    """End ``exchange`` for what was raised before its reply: a client that left is ``cancelled``;
+    a GatewayError is a client error (4xx) or an upstream one (5xx), with its code and status."""
+    if isinstance(error, ClientDisconnected):
+        exchange.finish(CANCELLED)
+        return
+    exchange.error_type, exchange.status = error.code or str(error.status), error.status
+    exchange.finish(CLIENT_ERROR if error.status < 500 else UPSTREAM_ERROR)
+
+
+def route_headers(route: Route, exchange: Exchange) -> dict[str, str]:
+    """The ``x-kvgate-*`` headers of an answer: the route with its reason, the cluster and endpoint that served it."""
+    return {
+        "x-kvgate-route": f"{route.name}; reason={route.reason}",
+        "x-kvgate-cluster": exchange.cluster,
+        "x-kvgate-endpoint": exchange.endpoint,
+    }
