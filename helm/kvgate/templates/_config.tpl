@@ -67,6 +67,8 @@ heartbeat_s = {{ include "kvgate.pyFloat" $cfg.state.heartbeat_s }}
 deadline_ms = {{ include "kvgate.pyFloat" $cfg.state.deadline_ms }}
 retry_after_s = {{ include "kvgate.pyFloat" $cfg.state.retry_after_s }}
 max_pending_writes = {{ int $cfg.state.max_pending_writes }}
+response_ttl_s = {{ include "kvgate.pyFloat" $cfg.state.response_ttl_s }}
+response_max_entries = {{ int $cfg.state.response_max_entries }}
 
 [quotas]
 on_store_error = {{ $cfg.quotas.on_store_error | toJson }}
