@@ -78,6 +78,21 @@ def _event_data(block: bytes) -> bytes | None:
     return b"\n".join(lines)
 
 
+def split_observed(
+    decoder: SSEDecoder, observe: Callable[[bytes], dict[str, Any] | None], chunk: bytes, every: bool
+) -> list[tuple[bytes, dict[str, Any] | None]]:
+    """``chunk``'s complete events as (raw bytes, parsed object or None), each one's data given to
+    ``observe`` (which returns it parsed); the object is kept only for events with ``usage`` or
+    ``error`` unless ``every``. Shared by every API's stream observer."""
+    events = []
+    for raw, data in decoder.split(chunk):
+        event = observe(data) if data is not None else None
+        if event is not None and not every and "usage" not in event and "error" not in event:
+            event = None
+        events.append((raw, event))
+    return events
+
+
 class StreamObserver:
     """Watches an OpenAI SSE stream without changing it.
 
@@ -137,13 +152,7 @@ class StreamObserver:
         others, which were observed all the same), unless ``every``: a read of a fast stream
         holds thousands of events, and their dicts would cost ~1.5 KB each.
         """
-        events = []
-        for raw, data in self._decoder.split(chunk):
-            event = self.observe_data(data) if data is not None else None
-            if event is not None and not every and "usage" not in event and "error" not in event:
-                event = None
-            events.append((raw, event))
-        return events
+        return split_observed(self._decoder, self.observe_data, chunk, every)
 
     def observe_data(self, data: bytes) -> dict[str, Any] | None:
         """Observe one event's data; return it parsed when it is a JSON object."""

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import orjson
 
 from gateway.keys.pricing import TokenUsage
-from gateway.protocol.sse import SSEDecoder
+from gateway.protocol.sse import SSEDecoder, split_observed
 
 
 def openai_usage(tokens: TokenUsage) -> dict[str, Any]:
@@ -100,13 +100,7 @@ class TypedEventObserver:
         As :meth:`StreamObserver.split <gateway.protocol.sse.StreamObserver.split>`: the parsed
         object only for events carrying ``usage`` or ``error`` unless ``every``.
         """
-        events = []
-        for raw, data in self._decoder.split(chunk):
-            event = self.observe_data(data) if data is not None else None
-            if event is not None and not every and "usage" not in event and "error" not in event:
-                event = None
-            events.append((raw, event))
-        return events
+        return split_observed(self._decoder, self.observe_data, chunk, every)
 
     def observe_data(self, data: bytes) -> dict[str, Any] | None:
         """Observe one event's data; return it parsed when it is a JSON object."""
