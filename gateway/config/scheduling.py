@@ -200,6 +200,21 @@ class StateSettings(_Section):
     )
     retry_after_s: float = Field(1.0, ge=0, description="After a failure, Redis is skipped for this long.")
     max_pending_writes: int = Field(10_000, ge=1, description="Queued index writes kept while Redis is slow.")
+    mode: Literal["mirror", "direct"] = Field(
+        "mirror", description="redis: mirror (answer lookups from a local mirror refreshed every refresh_ms) or direct "
+        "(one Redis round trip per lookup).",
+    )
+    refresh_ms: float = Field(
+        40.0, gt=0, description="mirror: pull other replicas' changes and in-flight counts (and push this replica's "
+        "batched writes) this often; the staleness bound is 2 x refresh_ms + deadline_ms.",
+    )
+    mirror_misses: Literal["redis", "local"] = Field(
+        "redis", description="mirror: a prompt the mirror matches nowhere asks Redis once (redis) or routes on the "
+        "mirror alone (local: no round trip per request at all).",
+    )
+    change_retention_s: float = Field(
+        10.0, gt=0, description="mirror: the change stream keeps this long; a replica further behind reloads the index.",
+    )
     response_ttl_s: float = Field(
         86_400.0, gt=0, description="A stored Responses answer's record (id -> endpoint) expires after this long."
     )

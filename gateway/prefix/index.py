@@ -18,6 +18,8 @@ free block first, a sequence's tail before its head). The index mirrors that wit
   endpoint reports fewer cached tokens than predicted); removing a tail keeps the closure.
 
 Affinity keys (``prompt_cache_key``/``user``) live in the same LRU as single entries.
+- **touch/expire** (the Redis store's mirror, ``state/redis_mirror.py``): insert with a write
+  time per entry, and drop the oldest entries once older than the shared index's TTL.
 Not thread-safe; used from the event loop only.
 """
 
@@ -27,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 DEFAULT_CAPACITY = 16_384
+_ABSENT = object()
 
 
 class BlockLRU:
@@ -38,7 +41,7 @@ class BlockLRU:
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
         self.capacity = capacity
-        self._entries: OrderedDict[int, None] = OrderedDict()
+        self._entries: OrderedDict[int, int | None] = OrderedDict()  # value: write stamp (touch) or None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -78,11 +81,44 @@ class BlockLRU:
                 entries[block] = None
         self._evict()
 
+    def touch(self, hashes: Sequence[int], extra: Iterable[int], stamp: int) -> None:
+        """:meth:`insert` that also stamps each entry with ``stamp`` (a write time, ms) for :meth:`expire`."""
+        entries = self._entries
+        move = entries.move_to_end
+        for block in reversed(hashes):
+            entries[block] = stamp  # an existing entry keeps its place: move it
+            move(block)
+        for block in extra:
+            entries[block] = stamp
+            move(block)
+        self._evict()
+
+    def load(self, stamped: Iterable[tuple[int, int]]) -> None:
+        """Append ``(hash, stamp)`` pairs given least recent first (a snapshot), then evict."""
+        entries = self._entries
+        for block, stamp in stamped:
+            entries[block] = stamp
+            entries.move_to_end(block)
+        self._evict()
+
+    def expire(self, before: int) -> int:
+        """Drop the least recent entries stamped before ``before`` (stops at the first newer or
+        unstamped one); returns how many went."""
+        entries = self._entries
+        dropped = 0
+        while entries:
+            stamp = entries[next(iter(entries))]
+            if stamp is None or stamp >= before:
+                break
+            entries.popitem(last=False)
+            dropped += 1
+        return dropped
+
     def trim(self, hashes: Sequence[int], keep: int) -> int:
         """Remove ``hashes[keep:]``; returns how many were present."""
         removed = 0
         for block in hashes[max(keep, 0) :]:
-            if self._entries.pop(block, 0) is None:
+            if self._entries.pop(block, _ABSENT) is not _ABSENT:
                 removed += 1
         return removed
 

@@ -1,7 +1,7 @@
 """[io] Scheduling's part of the app: builds the scheduler and its collaborators, runs their loops.
 
 ``create_app`` builds one :class:`SchedulingService` from the settings: the state store
-(``[state] backend``), the stats board, the closed loop, the prompt hasher and the
+(``[state] backend`` and ``mode``), the stats board, the closed loop, the prompt hasher and the
 :class:`~gateway.scheduling.profile.ProfileScheduler` of the profile ``[routing] policy`` names
 (every policy is a profile, the basic ones included). The lifespan calls :meth:`start` (state
 store background tasks, the metrics scraper loop when the profile runs the closed loop) and
@@ -32,6 +32,7 @@ from gateway.scheduling.registry import PluginDeps
 from gateway.state.base import StateStore
 from gateway.state.memory import MemoryStore
 from gateway.state.redis import RedisStore
+from gateway.state.redis_mirror import MirrorStore
 
 
 def build_store(settings: StateSettings, registry: EndpointRegistry, metrics: RoutingMetrics,
@@ -41,7 +42,8 @@ def build_store(settings: StateSettings, registry: EndpointRegistry, metrics: Ro
         def local_in_flight() -> dict[str, int]:
             return {endpoint.spec.name: endpoint.in_flight for endpoint in registry}
 
-        return RedisStore.from_settings(settings, local_in_flight=local_in_flight, metrics=metrics, clock=clock)
+        kind = MirrorStore if settings.mode == "mirror" else RedisStore
+        return kind.from_settings(settings, local_in_flight=local_in_flight, metrics=metrics, clock=clock)
     return MemoryStore()
 
 

@@ -1,6 +1,6 @@
 """The Redis :class:`~gateway.state.base.StateStore`: prefix index and in-flight counts shared by replicas.
 
-Request path: **one round trip**. :meth:`RedisStore.lookup` runs one Lua script
+Request path (``[state] mode = "direct"``): **one round trip**. :meth:`RedisStore.lookup` runs one Lua script
 (``state/redis_scripts.py``) that publishes this replica's in-flight counts, reads the other live
 replicas' counts and binary-searches each endpoint's index for the prompt's leading blocks.
 
@@ -8,6 +8,10 @@ Writes (``record``, ``set_capacity``, ``clear``) are queued and sent by a backgr
 many operations per script call; a heartbeat republishes the in-flight counts every
 ``heartbeat_s`` so an idle replica's figures stay current. Every key has a TTL
 (``index_ttl_s``, ``in_flight_ttl_s``): a replica that crashes leaks nothing.
+
+Every write batch is also appended to a change stream (``Pchanges``), so replicas running the
+mirror (``[state] mode = "mirror"``, ``state/redis_mirror.py``, a subclass of this store) see the
+writes of replicas in either mode.
 
 Degradation: every call is bounded by ``deadline_ms`` (writes by ten times that). A call that
 fails or times out makes the store answer from its **local view** (a
@@ -42,6 +46,7 @@ from gateway.state.redis_scripts import LOOKUP, WRITE
 log = logging.getLogger("kvgate.state")
 
 _BATCH = 256
+_EMPTY = PrefixKey((), None, 0, 1)
 _Op = tuple[str, str, int, bytes, bytes, int]
 
 
@@ -179,7 +184,9 @@ class RedisStore:
 
     async def _send(self, batch: list[_Op]) -> None:
         s = self._settings
-        args: list[object] = [self._prefix, int(s.index_ttl_s * 1000), len(batch)]
+        args: list[object] = [
+            self._prefix, int(s.index_ttl_s * 1000), len(batch), self.replica_id, int(s.change_retention_s * 1000),
+        ]
         for op in batch:
             args.extend(op)
         try:
@@ -218,13 +225,16 @@ class RedisStore:
             await self.flush()
             raise_if_cancelling(task)
 
+    async def heartbeat(self) -> None:
+        """Publish this replica's in-flight counts now (what the heartbeat loop does every ``heartbeat_s``)."""
+        if self._clock() >= self._retry_at:
+            await self.lookup(list(self._local_in_flight()), _EMPTY)
+
     async def _heartbeat_loop(self) -> None:
         task = asyncio.current_task()
-        empty = PrefixKey((), None, 0, 1)
         while True:
             await self._sleep(self._settings.heartbeat_s)
-            if self._clock() >= self._retry_at:
-                await self.lookup(list(self._local_in_flight()), empty)
+            await self.heartbeat()
             raise_if_cancelling(task)
 
     async def aclose(self) -> None:

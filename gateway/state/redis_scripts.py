@@ -1,16 +1,22 @@
-"""The two Lua scripts of the Redis state store (one round trip each); see ``state/redis.py``.
+"""The Lua scripts of the Redis state store (one round trip each); see ``state/redis.py`` and
+``state/redis_mirror.py``.
 
 Keys (``P`` = ``state.key_prefix``, which ends with ``:``):
 
 - ``Pidx:<endpoint>``: sorted set, member = 8-byte block hash (or affinity hash), score = the
   wall time in ms it was last sent there. A prompt's blocks are written with scores decreasing
-  along the prompt (head newest), so trimming the lowest ranks evicts tails first and the set
+  along the prompt (head newest; ``ZADD GT``: a score only moves up), so trimming the lowest ranks evicts tails first and the set
   stays prefix-closed, as the in-memory LRU does. Trimmed to the endpoint's capacity on every
   write; expires ``index_ttl`` after its last write.
 - ``Pinflight:<replica>``: hash, endpoint -> that replica's in-flight count; expires
   ``in_flight_ttl`` after its last heartbeat, so a crashed replica's counts vanish.
 - ``Plive``: sorted set of replicas by last heartbeat (ms); members older than the in-flight TTL
   are pruned.
+- ``Pchanges``: stream, one entry per :data:`WRITE` call: fields ``s`` (the sequence number from
+  ``Pseq``, +1 per entry), ``r`` (the writing replica), then the call's operations, 6 fields
+  each, as field/value pairs. Trimmed (``MINID ~``) to ``change_retention`` by Redis's clock;
+  expires ``index_ttl`` after the last write, like ``Pseq``. Mirrors (``state/redis_mirror.py``)
+  read it with :data:`SYNC`; a jump in ``s`` tells a reader it missed entries (then it reloads).
 
 The scripts touch keys they compute, so they need a standalone Redis (or keys in one slot).
 """
@@ -71,7 +77,17 @@ empty), n, n endpoint names, n in-flight counts of this replica. Returns {matche
 
 WRITE = """
 local p, ttl, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local at = 4
+local replica, retention = ARGV[4], tonumber(ARGV[5])
+local at = 6
+if n > 0 then
+  local seq = redis.call('INCR', p .. 'seq')
+  redis.call('PEXPIRE', p .. 'seq', ttl)
+  local t = redis.call('TIME')
+  local floor = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - retention
+  local changes = p .. 'changes'
+  redis.call('XADD', changes, 'MINID', '~', floor, '*', 's', seq, 'r', replica, unpack(ARGV, 6, 5 + 6 * n))
+  redis.call('PEXPIRE', changes, ttl)
+end
 for _ = 1, n do
   local kind, endpoint, cap, blob, aff = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3], ARGV[at + 4]
   local now = tonumber(ARGV[at + 5])
@@ -91,7 +107,7 @@ for _ = 1, n do
         args[#args + 1] = now + 1
         args[#args + 1] = aff
       end
-      if #args > 0 then redis.call('ZADD', key, unpack(args)) end
+      if #args > 0 then redis.call('ZADD', key, 'GT', unpack(args)) end
       redis.call('ZREMRANGEBYSCORE', key, '-inf', now - ttl)
     end
     local size = redis.call('ZCARD', key)
@@ -101,6 +117,59 @@ for _ = 1, n do
 end
 return n
 """
-"""ARGV: prefix, index_ttl_ms, n, then n operations of 6 fields: kind (``r`` record, ``k`` apply
+"""ARGV: prefix, index_ttl_ms, n, replica, change_retention_ms, then n operations of 6 fields: kind (``r`` record, ``k`` apply
 capacity, ``c`` clear), endpoint, capacity, blocks, affinity, time (ms; strictly increasing per
 replica, so a later record always ranks above an earlier one)."""
+
+SYNC = """
+local p, me, now, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local after, limit, n = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local mine = p .. 'inflight:' .. me
+if n > 0 then
+  local fields = {}
+  for i = 1, n do
+    fields[#fields + 1] = ARGV[7 + i]
+    fields[#fields + 1] = ARGV[7 + n + i]
+  end
+  redis.call('HSET', mine, unpack(fields))
+end
+redis.call('PEXPIRE', mine, ttl)
+local live = p .. 'live'
+redis.call('ZADD', live, now, me)
+redis.call('ZREMRANGEBYSCORE', live, '-inf', now - ttl)
+redis.call('PEXPIRE', live, ttl)
+local sums, names = {}, {}
+for _, replica in ipairs(redis.call('ZRANGE', live, 0, -1)) do
+  if replica ~= me then
+    local counts = redis.call('HGETALL', p .. 'inflight:' .. replica)
+    for i = 1, #counts, 2 do
+      local name, count = counts[i], tonumber(counts[i + 1]) or 0
+      if sums[name] == nil then names[#names + 1] = name; sums[name] = 0 end
+      sums[name] = sums[name] + count
+    end
+  end
+end
+local load = {}
+for _, name in ipairs(names) do
+  load[#load + 1] = name
+  load[#load + 1] = sums[name]
+end
+local entries = {}
+if after ~= '' then entries = redis.call('XRANGE', p .. 'changes', '(' .. after, '+', 'COUNT', limit) end
+return {load, entries, tonumber(redis.call('GET', p .. 'seq') or '0')}
+"""
+"""ARGV: prefix, replica, now_ms, in_flight_ttl_ms, the last stream id read ('' = none: no
+entries), at most how many entries, n, n endpoint names, n in-flight counts of this replica.
+Publishes this replica's counts (its heartbeat) and returns {load, entries, seq}: load = flat
+name, count pairs summed over the other live replicas; entries = ``Pchanges`` after that id;
+seq = the current ``Pseq`` (0 when gone)."""
+
+HEAD = """
+local seq = tonumber(redis.call('GET', ARGV[1] .. 'seq') or '0')
+local last = redis.call('XREVRANGE', ARGV[1] .. 'changes', '+', '-', 'COUNT', 1)
+local id = '0-0'
+if #last > 0 then id = last[1][1] end
+return {seq, id}
+"""
+"""ARGV: prefix. Returns {seq, the id of the stream's newest entry ('0-0' when empty)}: where a
+reload (a snapshot of every index) starts reading the stream."""

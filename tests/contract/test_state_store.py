@@ -1,5 +1,7 @@
-"""Contract suite of the StateStore seam: the in-memory store and the Redis store (real Redis at
-127.0.0.1:6379, a unique key prefix per run, every key removed afterwards)."""
+"""Contract suite of the StateStore seam: the in-memory store and the Redis store in both modes,
+``mirror`` (``state/redis_mirror.py``) and ``direct`` (real Redis at 127.0.0.1:6379, a unique key
+prefix per run, every key removed afterwards). What only the mirror adds (propagation within
+its bound, reloads) is in ``test_state_mirror.py``."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from gateway.observability.metrics import RoutingMetrics
 from gateway.state.base import StateStore
 from gateway.state.memory import MemoryStore
 from gateway.state.redis import RedisStore
+from gateway.state.redis_mirror import MirrorStore
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -46,18 +49,25 @@ async def redis_prefix() -> AsyncIterator[str]:
 
 
 def make_redis(prefix: str, in_flight: dict[str, int] | None = None, wall: WallClock | None = None,
-               clock: Callable[[], float] | None = None, url: str = REDIS_URL, **settings: float) -> RedisStore:
-    state = StateSettings(backend="redis", redis_url=url, key_prefix=prefix, **settings)
+               clock: Callable[[], float] | None = None, url: str = REDIS_URL, mode: str = "direct",
+               **settings: object) -> RedisStore:
+    state = StateSettings(backend="redis", redis_url=url, key_prefix=prefix, mode=mode, **settings)  # type: ignore[arg-type]
     counts = in_flight if in_flight is not None else {}
-    return RedisStore.from_settings(
+    kind = MirrorStore if mode == "mirror" else RedisStore
+    return kind.from_settings(
         state, local_in_flight=lambda: counts, metrics=RoutingMetrics(CollectorRegistry()),
         wall=wall or WallClock(), clock=clock or (lambda: 0.0), replica_id=uuid.uuid4().hex[:6],
     )
 
 
-@pytest_asyncio.fixture(params=["memory", "redis"])
+MODES = ["direct", "mirror"]
+
+
+@pytest_asyncio.fixture(params=["memory", "redis-direct", "redis-mirror"])
 async def store(request: pytest.FixtureRequest, redis_prefix: str) -> AsyncIterator[StateStore]:
-    made: StateStore = MemoryStore() if request.param == "memory" else make_redis(redis_prefix)
+    made: StateStore = (
+        MemoryStore() if request.param == "memory" else make_redis(redis_prefix, mode=request.param.split("-")[1])
+    )
     await made.start()
     yield made
     await made.aclose()
@@ -113,14 +123,15 @@ async def test_peek_answers_like_lookup_or_not_at_all(store: StateStore) -> None
 # -- Redis only: what sharing adds --------------------------------------------------------------
 
 
-async def test_two_replicas_share_the_index_and_see_each_others_in_flight(redis_prefix: str) -> None:
+@pytest.mark.parametrize("mode", MODES)
+async def test_two_replicas_share_the_index_and_see_each_others_in_flight(redis_prefix: str, mode: str) -> None:
     counts_a = {"w0": 3, "w1": 0}
-    a, b = make_redis(redis_prefix, counts_a), make_redis(redis_prefix, {"w0": 0, "w1": 1})
+    a, b = make_redis(redis_prefix, counts_a, mode=mode), make_redis(redis_prefix, {"w0": 0, "w1": 1}, mode=mode)
     try:
         a.record("w1", key(5, 8))
         await a.flush()
-        await a.lookup(["w0", "w1"], key(9, 1))  # publishes a's in-flight counts
-        view = await b.lookup(["w0", "w1"], key(5, 8))
+        await a.heartbeat()  # publishes a's in-flight counts
+        view = await b.lookup(["w0", "w1"], key(5, 8))  # mirror: matched nowhere here, so asked Redis
         assert view.matched == {"w0": 0, "w1": 8}
         assert view.remote_in_flight == {"w0": 3}
     finally:
@@ -128,19 +139,23 @@ async def test_two_replicas_share_the_index_and_see_each_others_in_flight(redis_
         await b.aclose()
 
 
-async def test_keys_carry_ttls_and_a_dead_replica_drops_out(redis_prefix: str) -> None:
+@pytest.mark.parametrize("mode", MODES)
+async def test_keys_carry_ttls_and_a_dead_replica_drops_out(redis_prefix: str, mode: str) -> None:
     wall_a, wall_b = WallClock(), WallClock()
-    a = make_redis(redis_prefix, {"w0": 4}, wall=wall_a, in_flight_ttl_s=10.0)
-    b = make_redis(redis_prefix, {"w0": 0}, wall=wall_b, in_flight_ttl_s=10.0)
+    a = make_redis(redis_prefix, {"w0": 4}, wall=wall_a, in_flight_ttl_s=10.0, mode=mode)
+    b = make_redis(redis_prefix, {"w0": 0}, wall=wall_b, in_flight_ttl_s=10.0, mode=mode)
     client = Redis.from_url(REDIS_URL)
     try:
         a.record("w0", key(1, 4))
         await a.flush()
-        await a.lookup(["w0"], key(1, 1))
-        for name in (b"idx:w0", b"live", f"inflight:{a.replica_id}".encode()):
-            assert await client.pttl(redis_prefix.encode() + name) > 0
+        await a.heartbeat()
+        names = [b"idx:w0", b"live", f"inflight:{a.replica_id}".encode(), b"changes", b"seq"]
+        for name in names:
+            assert await client.pttl(redis_prefix.encode() + name) > 0, name
+        await b.heartbeat()  # mirror: b's refresh pulls a's counts
         assert (await b.lookup(["w0"], key(1, 1))).remote_in_flight == {"w0": 4}
         wall_b.now += 11  # a stopped heartbeating 11 s ago (crashed): its counts no longer count
+        await b.heartbeat()
         assert (await b.lookup(["w0"], key(1, 1))).remote_in_flight == {}
     finally:
         await client.aclose()
@@ -148,9 +163,10 @@ async def test_keys_carry_ttls_and_a_dead_replica_drops_out(redis_prefix: str) -
         await b.aclose()
 
 
-async def test_redis_down_falls_back_to_the_local_view_and_recovers(redis_prefix: str) -> None:
+@pytest.mark.parametrize("mode", MODES)
+async def test_redis_down_falls_back_to_the_local_view_and_recovers(redis_prefix: str, mode: str) -> None:
     now = [0.0]
-    down = make_redis(redis_prefix, url="redis://127.0.0.1:1/0", clock=lambda: now[0], deadline_ms=50.0)
+    down = make_redis(redis_prefix, url="redis://127.0.0.1:1/0", clock=lambda: now[0], deadline_ms=50.0, mode=mode)
     try:
         down.record("a", key(1, 6))
         await down.flush()
@@ -166,7 +182,7 @@ async def test_redis_down_falls_back_to_the_local_view_and_recovers(redis_prefix
         assert down._metrics.fallbacks.labels("error")._value.get() == failures
     finally:
         await down.aclose()
-    healthy = make_redis(redis_prefix, clock=lambda: now[0])
+    healthy = make_redis(redis_prefix, clock=lambda: now[0], mode=mode)
     healthy._failed(TimeoutError())  # as if it had failed once
     now[0] += 5.0
     try:

@@ -67,6 +67,10 @@ heartbeat_s = {{ include "kvgate.pyFloat" $cfg.state.heartbeat_s }}
 deadline_ms = {{ include "kvgate.pyFloat" $cfg.state.deadline_ms }}
 retry_after_s = {{ include "kvgate.pyFloat" $cfg.state.retry_after_s }}
 max_pending_writes = {{ int $cfg.state.max_pending_writes }}
+mode = {{ $cfg.state.mode | toJson }}
+refresh_ms = {{ include "kvgate.pyFloat" $cfg.state.refresh_ms }}
+mirror_misses = {{ $cfg.state.mirror_misses | toJson }}
+change_retention_s = {{ include "kvgate.pyFloat" $cfg.state.change_retention_s }}
 response_ttl_s = {{ include "kvgate.pyFloat" $cfg.state.response_ttl_s }}
 response_max_entries = {{ int $cfg.state.response_max_entries }}
 
