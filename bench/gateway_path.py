@@ -11,7 +11,7 @@ out (see bench/overhead for the end-to-end figure). ``--profile`` prints cProfil
 classifier and policy; compare it with the default (a public model name on one cluster).
 
     .venv/bin/python bench/gateway_path.py [--requests 20000] [--endpoints 4] [--model m|auto] [--profile] [--stream]
-        [--asgi] [--redis-url URL]
+        [--asgi] [--redis-url URL [--state-mode mirror|direct]]
 """
 
 from __future__ import annotations
@@ -149,6 +149,8 @@ async def main() -> int:
     parser.add_argument("--model", default="m", choices=("m", "auto"),
                         help="m: a public model on one cluster; auto: route selection over reasoning and fast clusters")
     parser.add_argument("--redis-url", help="state backend redis at this URL (default: memory), e.g. redis://127.0.0.1:6379/15")
+    parser.add_argument("--state-mode", default="mirror", choices=("mirror", "direct"),
+                        help="with --redis-url: [state] mode (mirror: lookups from the local mirror; direct: a round trip each)")
     args = parser.parse_args()
     upstream = CannedUpstream()
     upstream.stream = args.stream
@@ -156,7 +158,8 @@ async def main() -> int:
         "auth": {"api_keys": ["sk-bench"]},
         "clusters": clusters(args.model, args.endpoints),
         "models": {"m": {"cluster": "fast"}},
-        **({"state": {"backend": "redis", "redis_url": args.redis_url, "key_prefix": f"kvgate-gp-{time.time_ns()}:"}}
+        **({"state": {"backend": "redis", "redis_url": args.redis_url, "key_prefix": f"kvgate-gp-{time.time_ns()}:",
+                      "mode": args.state_mode}}
            if args.redis_url else {}),
     })
     app = create_app(settings, upstream=upstream, health_checks=False)
@@ -176,7 +179,9 @@ async def main() -> int:
         if profiler:
             profiler.disable()
         cpu = time.process_time() - started_cpu
-    print(f"{'stream' if args.stream else 'non-stream'}, model {args.model}: {cpu / args.requests * 1e6:.1f} us CPU per "
+    state = f"redis {args.state_mode}" if args.redis_url else "memory"
+    print(f"{'stream' if args.stream else 'non-stream'}, model {args.model}, state {state}, {args.endpoints} endpoint(s): "
+          f"{cpu / args.requests * 1e6:.1f} us CPU per "
           f"request (gateway Python only, {len(body)} B body, {args.requests} requests)")
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)

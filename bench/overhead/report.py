@@ -228,6 +228,41 @@ def _unavailable(names: Sequence[str], record: Mapping[str, Any], width: int) ->
     return lines
 
 
+def _state_of(name: str) -> tuple[str, int] | None:
+    """(state, processes) of kvgate and its kvgate-redis/kvgate-mirror variants; None otherwise."""
+    if name == "kvgate":
+        return "memory", 1
+    if not name.startswith(("kvgate-redis", "kvgate-mirror")):
+        return None
+    head, _, tail = name.rpartition("-")
+    if tail.endswith("p") and tail[:-1].isdigit():
+        return head.removeprefix("kvgate-"), int(tail[:-1])
+    return name.removeprefix("kvgate-"), 1
+
+
+def state_lines(record: Mapping[str, Any], width: int) -> list[str]:
+    """kvgate's state backends side by side (CPU us/req at c=32 against ``kvgate``, memory; req/s
+    of N processes against 1 of the same state), when the run has a state variant."""
+    rows = {name: state for name in record["targets"] if (state := _state_of(name)) and record["targets"][name].get("summary")}
+    if len(rows) < 2 or "kvgate" not in rows:
+        return []
+    def c32(name: str, field: str) -> float | None:
+        value = record["targets"][name]["summary"].get("c32", {}).get(field)
+        return value.get("median") if isinstance(value, Mapping) else value
+    base = c32("kvgate", "cpu_us_per_request")
+    lines = ["", "State backends (kvgate = memory; x memory = CPU us/req at c=32 over kvgate's; x 1 process = req/s over the same state's 1 process)",
+             f"{'target':<{width}}{'state':>16}{'procs':>6}{'CPU us/req c=32':>17}{'x memory':>10}{'c=32 req/s':>12}{'x 1 process':>13}"]
+    for name, (state, procs) in rows.items():
+        cpu, rps = c32(name, "cpu_us_per_request"), c32(name, "requests_per_s")
+        single = next((n for n, (st, p) in rows.items() if st == state and p == 1), None)
+        one = c32(single, "requests_per_s") if single and procs > 1 else None
+        lines.append(
+            f"{name:<{width}}{state:>16}{procs:>6}{_f(cpu, 0, 17)}{_x(cpu / base if cpu and base else None):>10}"
+            f"{_f(rps, 0, 12)}{_x(rps / one if rps and one else None):>13}"
+        )
+    return lines
+
+
 def tables(record: Mapping[str, Any]) -> str:
     meta = record["meta"]
     names = list(record["targets"])
@@ -300,6 +335,7 @@ def tables(record: Mapping[str, Any]) -> str:
                 f"{_f(pr.get('rss_end_mb'), 0, 7)}{_f(pr.get('rss_peak_mb'), 0, 7)}{_f(pr.get('growth_second_half_mb'), 1, 11)}"
                 + (f"  ({memory['error']})" if memory.get("error") else "")
             )
+    lines += state_lines(record, w)
     if record.get("baseline"):
         base = meta.get("baseline_tree") or "?"
         lines += ["", f"kvgate ({meta.get('kvgate_commit') or '?'}) against kvgate-base ({base} at {meta.get('baseline_commit') or '?'})"]

@@ -78,7 +78,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--baseline-tree", type=Path, metavar="PATH",
         help="a kvgate checkout (e.g. before a change): adds target kvgate-base, kvgate with that tree's code",
     )
-    parser.add_argument("--redis-url", help="kvgate's state store with --kvgate-workers > 1 (default: local Redis db 15 if up)")
+    parser.add_argument("--redis-url", help="kvgate's state store with --kvgate-workers > 1 and of the kvgate-redis/"
+                        "kvgate-mirror[-hiredis][-Np] targets (default: local Redis db 15 if up)")
+    parser.add_argument("--hiredis-path", type=Path, help="a folder holding the hiredis package, for the -hiredis targets "
+                        "(e.g. pip install --target DIR hiredis)")
     parser.add_argument("--memory-targets", help="targets of the memory checks (default: every gateway; 'none' skips)")
     parser.add_argument("--streams", type=int, help="slow streams open at once (default 1000; --quick 300)")
     parser.add_argument("--hold-s", type=int, help="how long the upstream holds each slow stream (default 15; --quick 6)")
@@ -108,7 +111,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             setattr(args, key, value)
     args.target_list = with_baseline([name.strip() for name in args.targets.split(",") if name.strip()], args.baseline_tree)
     known = (*targets.ALL_TARGETS, targets.BASELINE) if args.baseline_tree else targets.ALL_TARGETS
-    unknown = [name for name in args.target_list if name not in known]
+    unknown = [name for name in args.target_list if name not in known and targets.state_variant(name) is None]
     if unknown:
         parser.error(f"unknown targets {unknown}; known: {', '.join(known)}")
     if args.baseline_tree and not (args.baseline_tree / "gateway" / "__init__.py").is_file():
@@ -151,8 +154,12 @@ def git_commit(tree: Path) -> str | None:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def redis_url_for(args: argparse.Namespace) -> str | None:
-    if args.kvgate_workers <= 1 and not args.redis_url:
+def redis_url_for(args: argparse.Namespace, *, state_targets: bool = False) -> str | None:
+    """The Redis of kvgate's state (``state_targets``: of the kvgate-redis/kvgate-mirror targets),
+    if it answers; None otherwise."""
+    if not state_targets and args.kvgate_workers <= 1 and not args.redis_url:
+        return None
+    if state_targets and not any(targets.state_variant(name) for name in args.target_list):
         return None
     url = args.redis_url or "redis://127.0.0.1:6379/15"
     try:
@@ -338,6 +345,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             upstream=origin, upstream_pid=upstream.pid, work=work, logs=logs, cores=args.gateway,
             kvgate_workers=args.kvgate_workers, kvgate_loop=args.kvgate_loop, redis_url=redis_url_for(args), log=log,
             baseline_tree=args.baseline_tree, loop_lag=args.long_prompts,
+            state_redis_url=redis_url_for(args, state_targets=True), hiredis_path=args.hiredis_path,
+            load_cores=args.load,
         )
         record["meta"]["kvgate_state"] = "redis" if ctx.redis_url else "memory"
         for name in args.target_list:

@@ -10,6 +10,11 @@ figure subtracts.
                     prefix hashing, scheduling, the /metrics scraper), client auth with one key,
                     Prometheus metrics on; N > 1 workers: ``kvgate serve --processes N``
                     on one SO_REUSEPORT port with a Redis state store
+    kvgate-redis, kvgate-mirror (and ``-hiredis``, ``-Np`` suffixes, e.g. ``kvgate-mirror-2p``)
+                    the same kvgate with ``[state] backend = "redis"`` (``mode = "direct"`` /
+                    ``"mirror"``) on the benchmark's Redis, N processes (``--processes N``), redis-py
+                    with the hiredis parser from ``--hiredis-path``: the state backends side by
+                    side with ``kvgate`` (memory) in one run
     kvgate-base     (``--baseline-tree PATH`` only) the same, started the same way with the same
                     config file, but importing the ``gateway`` package of PATH: "before" beside
                     "after" in one run
@@ -24,6 +29,7 @@ figure subtracts.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +41,7 @@ from bench.overhead.proctree import Proc, free_port, spawn, stop
 from bench.overhead.upstream import MODEL
 
 ALL_TARGETS = ("direct", "kvgate", "floor", "litellm", "vllm-router", "sglang-router", "portkey")
+_STATE_TARGET = re.compile(r"kvgate-(redis|mirror)(-hiredis)?(?:-([1-9])p)?")
 BASELINE = "kvgate-base"  # a target only with --baseline-tree PATH, placed right after kvgate
 CLIENT_KEY = "sk-bench-overhead-0123456789"
 READY_TIMEOUT_S = {"litellm": 240.0, "portkey": 90.0}
@@ -74,6 +81,27 @@ class Context:
     log: Callable[[str], None] = print
     baseline_tree: Path | None = None  # the tree kvgate-base imports ``gateway`` from
     loop_lag: bool = False  # kvgate runs a loop-lag monitor (bench/overhead/long_prompts.py reads /metrics)
+    state_redis_url: str | None = None  # the Redis of the kvgate-redis/kvgate-mirror targets
+    hiredis_path: Path | None = None  # a folder holding the hiredis package (the -hiredis targets)
+    load_cores: list[int] = field(default_factory=list)  # borrowed by a -Np target when the gateway cores are fewer than N
+
+
+@dataclass(frozen=True)
+class StateVariant:
+    """A ``kvgate-redis``/``kvgate-mirror`` target: state mode, processes, hiredis or not."""
+
+    mode: str  # direct | mirror
+    processes: int
+    hiredis: bool
+
+
+def state_variant(name: str) -> StateVariant | None:
+    """The variant a target name asks for (None: not one of them)."""
+    found = _STATE_TARGET.fullmatch(name)
+    if found is None:
+        return None
+    mode = "direct" if found.group(1) == "redis" else "mirror"
+    return StateVariant(mode, int(found.group(3) or 1), bool(found.group(2)))
 
 
 @dataclass
@@ -205,11 +233,21 @@ def _kvgate_files(ctx: Context) -> tuple[Path, Path]:
     return config, launcher
 
 
-def _kvgate_env(ctx: Context, code: Path, port: int) -> dict[str, str]:
+def _kvgate_env(ctx: Context, code: Path, port: int, variant: StateVariant | None = None) -> dict[str, str]:
     env = _clean_env(KVGATE__SERVER__PORT=str(port))
-    if ctx.redis_url:
+    if ctx.redis_url or variant is not None:
         env["KVGATE__STATE__KEY_PREFIX"] = f"kvgate-bench-{port}:"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH", "")]))
+    extra = ""
+    if variant is not None:
+        if not ctx.state_redis_url:
+            raise Unavailable("no Redis for the state targets (--redis-url, default redis://127.0.0.1:6379/15)")
+        env.update(KVGATE__STATE__BACKEND="redis", KVGATE__STATE__REDIS_URL=ctx.state_redis_url,
+                   KVGATE__STATE__MODE=variant.mode)
+        if variant.hiredis:
+            if ctx.hiredis_path is None or not (ctx.hiredis_path / "hiredis").is_dir():
+                raise Unavailable("a -hiredis target needs --hiredis-path DIR holding the hiredis package")
+            extra = str(ctx.hiredis_path)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), extra, env.get("PYTHONPATH", "")]))
     if ctx.loop_lag:
         env["KVGATE_BENCH_LOOP_LAG"] = "0.002"  # the ticker's interval, seconds
     if code != REPO:  # keep the baseline tree as it is: its bytecode goes to this run's work folder
@@ -229,28 +267,35 @@ def _imported_gateway(procs: list[Proc], code: Path) -> tuple[str, str]:
     return path, version
 
 
-def _start_kvgate_tree(ctx: Context, name: str, code: Path) -> Target:
-    """kvgate (``name``) running the code of the tree ``code``: PYTHONPATH and cwd are ``code``."""
+def _start_kvgate_tree(ctx: Context, name: str, code: Path, variant: StateVariant | None = None) -> Target:
+    """kvgate (``name``) running the code of the tree ``code``: PYTHONPATH and cwd are ``code``;
+    ``variant``: the state backend and process count of a kvgate-redis/kvgate-mirror target."""
     port = free_port()
     config, launcher = _kvgate_files(ctx)
-    env = _kvgate_env(ctx, code, port)
+    env = _kvgate_env(ctx, code, port, variant)
     launch = [sys.executable, str(launcher)]
     procs: list[Proc] = []
+    workers = ctx.kvgate_workers if variant is None else variant.processes
+    cores = ctx.cores
+    if variant is not None and len(cores) < workers:  # one core per process, shared with the load where it must
+        cores = [*cores, *(c for c in ctx.load_cores if c not in cores)][:workers]
+    redis = ctx.redis_url is not None or variant is not None
+    state = "memory" if not redis else "redis" if variant is None else f"redis {variant.mode}{' hiredis' if variant.hiredis else ''}"
     if ctx.kvgate_loop == "serve":
         argv = [*launch, "gateway.cli", "serve", "--config", str(config)]
-        notes = "kvgate serve"
-        if ctx.kvgate_workers > 1:
-            if not ctx.redis_url:
+        notes = f"kvgate serve, state {state}"
+        if workers > 1:
+            if not redis:
                 raise Unavailable("kvgate serve --processes N > 1 needs Redis for its shared state (--redis-url)")
-            argv += ["--processes", str(ctx.kvgate_workers)]
-            notes = f"kvgate serve --processes {ctx.kvgate_workers} (SO_REUSEPORT, state redis)"
-        procs.append(spawn(name, argv, cores=ctx.cores, log_dir=ctx.logs, env=env, cwd=code))
+            argv += ["--processes", str(workers)]
+            notes = f"kvgate serve --processes {workers} (SO_REUSEPORT, state {state})"
+        procs.append(spawn(name, argv, cores=cores, log_dir=ctx.logs, env=env, cwd=code))
     else:
         loop = ctx.kvgate_loop
         argv = [*launch, "bench.overhead.kvgate_worker", "--config", str(config), "--loop", loop]
-        for index in range(ctx.kvgate_workers):
-            procs.append(spawn(f"{name}-{index}", argv, cores=ctx.cores, log_dir=ctx.logs, env=env, cwd=code))
-        notes = f"{ctx.kvgate_workers} x kvgate_worker (SO_REUSEPORT, {loop} loop, state {'redis' if ctx.redis_url else 'memory'})"
+        for index in range(workers):
+            procs.append(spawn(f"{name}-{index}", argv, cores=cores, log_dir=ctx.logs, env=env, cwd=code))
+        notes = f"{workers} x kvgate_worker (SO_REUSEPORT, {loop} loop, state {state})"
     target = Target(
         name, f"http://127.0.0.1:{port}/v1/chat/completions", {"Authorization": f"Bearer {CLIENT_KEY}"},
         [proc.pid for proc in procs], procs, notes=notes,
@@ -261,7 +306,7 @@ def _start_kvgate_tree(ctx: Context, name: str, code: Path) -> Target:
     except Unavailable:
         target.stop()
         raise
-    target.notes = f"{notes}; gateway from {path}"
+    target.notes = f"{notes}; cores {','.join(map(str, cores))}; gateway from {path}"
     ctx.log(f"{name}: gateway imported from {path} (version {target.version})")
     return target
 
@@ -380,9 +425,17 @@ STARTERS: dict[str, Callable[[Context], Target]] = {
 }
 
 
+def known(name: str) -> bool:
+    """Whether ``name`` is a target (:data:`STARTERS` or a state variant)."""
+    return name in STARTERS or state_variant(name) is not None
+
+
 def start(name: str, ctx: Context) -> Target:
     """Start ``name``; raises :class:`Unavailable` with the reason when it cannot."""
     try:
+        variant = state_variant(name)
+        if variant is not None:
+            return _start_kvgate_tree(ctx, name, REPO, variant)
         return STARTERS[name](ctx)
     except Unavailable:
         raise
