@@ -11,7 +11,7 @@ out (see bench/overhead for the end-to-end figure). ``--profile`` prints cProfil
 classifier and policy; compare it with the default (a public model name on one cluster).
 
     .venv/bin/python bench/gateway_path.py [--requests 20000] [--endpoints 4] [--model m|auto] [--profile] [--stream]
-        [--asgi] [--redis-url URL [--state-mode mirror|direct]]
+        [--asgi] [--redis-url URL [--state-mode mirror|direct]] [--key-rpm N]
 """
 
 from __future__ import annotations
@@ -149,13 +149,16 @@ async def main() -> int:
     parser.add_argument("--model", default="m", choices=("m", "auto"),
                         help="m: a public model on one cluster; auto: route selection over reasoning and fast clusters")
     parser.add_argument("--redis-url", help="state backend redis at this URL (default: memory), e.g. redis://127.0.0.1:6379/15")
+    parser.add_argument("--key-rpm", type=int, help="the client key gets this requests-per-minute limit (quotas: "
+                        "with --redis-url, an admission script in Redis per request)")
     parser.add_argument("--state-mode", default="mirror", choices=("mirror", "direct"),
                         help="with --redis-url: [state] mode (mirror: lookups from the local mirror; direct: a round trip each)")
     args = parser.parse_args()
     upstream = CannedUpstream()
     upstream.stream = args.stream
     settings = build_settings({
-        "auth": {"api_keys": ["sk-bench"]},
+        "auth": ({"keys": [{"name": "bench", "key": "sk-bench", "rpm": args.key_rpm}]} if args.key_rpm
+                 else {"api_keys": ["sk-bench"]}),
         "clusters": clusters(args.model, args.endpoints),
         "models": {"m": {"cluster": "fast"}},
         **({"state": {"backend": "redis", "redis_url": args.redis_url, "key_prefix": f"kvgate-gp-{time.time_ns()}:",
@@ -180,6 +183,7 @@ async def main() -> int:
             profiler.disable()
         cpu = time.process_time() - started_cpu
     state = f"redis {args.state_mode}" if args.redis_url else "memory"
+    state += f", key rpm {args.key_rpm}" if args.key_rpm else ""
     print(f"{'stream' if args.stream else 'non-stream'}, model {args.model}, state {state}, {args.endpoints} endpoint(s): "
           f"{cpu / args.requests * 1e6:.1f} us CPU per "
           f"request (gateway Python only, {len(body)} B body, {args.requests} requests)")

@@ -96,6 +96,7 @@ class Operations:
             quota_refusals=lambda key, limit: metrics.quota_refusals.labels(key.name, limit).inc(),
             wall_clock=wall_clock,
             reachable=catalog.clusters_of,
+            settle_interval_s=settings.quotas.settle_interval_s,
         )
         self.runtime = Runtime(
             settings=settings,

@@ -51,6 +51,9 @@ class QuotaSettings(Section):
     )
     usage_retention_days: int = Field(35, ge=1, description="Days a per-key daily usage record is kept.")
     store_timeout_s: float = Field(0.5, gt=0, description="Connect and read timeout of one quota call to Redis, s.")
+    settle_interval_s: float = Field(
+        0.05, ge=0, description="Usage settlements are gathered this long and written as one batch (s; 0: at once).",
+    )
 
 
 def check_named_keys(auth: AuthSettings, admin_key: str | None) -> None:

@@ -11,7 +11,8 @@
    dearest cluster of the route), so concurrent requests cannot all pass a limit that only
    one of them fits. Keys without limits never touch the store on the way in.
 3. :meth:`KeyGate.settle`: when the request ends, its tokens, cost and outcome go to a bounded
-   queue; a background task (:meth:`run`) writes them in batches: the difference between the
+   queue; a background task (:meth:`run`) writes them in batches (gathered for
+   ``quotas.settle_interval_s``, so a busy replica makes one store call per interval): the difference between the
    actual and the reserved tokens and cost (in the window and period of the admission), usage
    records per key, model and cluster. A request whose usage is unknown although an endpoint
    served it (a stream without ``include_usage``, a client that left) keeps its reservation as
@@ -30,7 +31,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from gateway.errors import PermissionDeniedError, RateLimitError, StateStoreError
@@ -92,6 +93,8 @@ class KeyGate:
         wall_clock: Callable[[], float] = time.time,
         queue_size: int = 10_000,
         reachable: Callable[[frozenset[str]], frozenset[str]] | None = None,
+        settle_interval_s: float = 0.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.table = table
         self._reachable = reachable  # allowed model names -> the clusters their routes hold
@@ -106,6 +109,8 @@ class KeyGate:
         self._wakeup: asyncio.Future[None] | None = None  # the writer's, while it waits for work
         self._store_down = False  # log the first failure and the recovery, not every request
         self._lost = 0  # settlements lost since the store last took a batch
+        self._interval = settle_interval_s  # the writer lets a batch gather this long (one store call per interval)
+        self._sleep = sleep
 
     def now(self) -> float:
         """Unix time from the injected wall clock (quota windows, usage days)."""
@@ -267,6 +272,8 @@ class KeyGate:
                     await self._wakeup
                 finally:
                     self._wakeup = None
+            if self._interval > 0 and len(self._queue) < _BATCH:
+                await self._sleep(self._interval)  # gather a batch: one pipeline per interval, not per request
             batch = self._take([])
             if batch:  # flush() may have written it meanwhile
                 await self._write(batch)

@@ -245,19 +245,36 @@ class RedisQuotaStore:
         return verdict if not verdict.allowed else Verdict(False, "rpm", 1)
 
     async def settle(self, settlements: Sequence[Settlement]) -> None:
-        pipe = self._redis.pipeline(transaction=False)
+        """One pipeline for the batch, increments summed per counter and usage field first (a
+        batch of one key's requests costs a few commands, not a few per request)."""
+        counters: dict[str, int] = defaultdict(int)
+        expire_at: dict[str, int | None] = {}  # counter -> Unix expiry (None: _WINDOW_TTL_S from now)
+        usage: dict[str, defaultdict[str, int]] = {}
         for item in settlements:
             if item.limits.tpm is not None:
                 for name, value in item.token_increments(self._prefix).items():
-                    pipe.incrby(name, value).expire(name, _WINDOW_TTL_S)
-            names = _names(self._prefix, item.key_id, item.limits, item.counted_at)
+                    counters[name] += value
+                    expire_at[name] = None
             cost = item.cost_delta
             if item.limits.budget_usd is not None and cost:
-                _, end = period_bounds(item.counted_at, item.limits.budget_period)
-                pipe.incrby(names[4], cost).expireat(names[4], end + 3600)
-            usage_key = f"{self._prefix}u:{{{item.key_id}}}:{day_of(item.now)}"
+                name = _names(self._prefix, item.key_id, item.limits, item.counted_at)[4]
+                counters[name] += cost
+                expire_at[name] = period_bounds(item.counted_at, item.limits.budget_period)[1] + 3600
+            fields = usage.setdefault(f"{self._prefix}u:{{{item.key_id}}}:{day_of(item.now)}", defaultdict(int))
             for field, value in item.usage_increments().items():
-                pipe.hincrby(usage_key, f"{item.model}|{item.cluster}|{field}", value)
+                fields[f"{item.model}|{item.cluster}|{field}"] += value
+        pipe = self._redis.pipeline(transaction=False)
+        for name, value in counters.items():
+            if value:
+                pipe.incrby(name, value)
+            at = expire_at[name]
+            if at is None:
+                pipe.expire(name, _WINDOW_TTL_S)
+            else:
+                pipe.expireat(name, at)
+        for usage_key, fields in usage.items():
+            for field, value in fields.items():
+                pipe.hincrby(usage_key, field, value)
             pipe.expire(usage_key, self._retention_s)
         try:
             await pipe.execute()

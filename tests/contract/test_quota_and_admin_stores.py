@@ -84,6 +84,32 @@ async def test_settlement_spends_corrects_tpm_and_records_usage(quotas: Any) -> 
     assert refused == Verdict(False, "budget", 12 * 3600 - 10)
 
 
+async def test_a_batch_of_many_requests_sums_per_key_model_and_counter(quotas: Any) -> None:
+    limits = KeyLimits(tpm=1000, budget_usd=1.0, budget_period="day")
+    batch = [Settlement(key, limits, NOW, 10, model, "c", True, input_tokens=4, output_tokens=2, cost_micro_usd=5)
+             for key in ("k1", "k2") for model in ("m1", "m2") for _ in range(3)]
+    for item in batch:
+        assert await quotas.admit(item.key_id, limits, NOW, 10) == Verdict(True)
+    await quotas.settle(batch)
+    for key in ("k1", "k2"):
+        assert await quotas.spent(key, limits, NOW) == 30  # 6 requests x 5 micro-USD
+        rows = await quotas.usage(key, ["2027-01-13"])
+        assert sorted((r["model"], r["requests"], r["input_tokens"], r["output_tokens"]) for r in rows) == [
+            ("m1", 3, 12, 6), ("m2", 3, 12, 6)]
+        assert await quotas.admit(key, limits, NOW, 964) == Verdict(True)  # 60 reserved, 6 x (6 - 10) returned: 36 used of 1000
+        assert (await quotas.admit(key, limits, NOW, 1)).limit == "tpm"
+
+
+async def test_settled_redis_counters_keep_their_ttls(redis: tuple[Redis, str]) -> None:
+    client, prefix = redis
+    store = RedisQuotaStore(client, prefix, retention_days=2)
+    limits = KeyLimits(tpm=100, budget_usd=1.0, budget_period="day")
+    await store.settle([Settlement("k", limits, NOW, 10, "m", "c", True, input_tokens=1, cost_micro_usd=3)] * 4)
+    keys = [k async for k in client.scan_iter(match=prefix + "*")]
+    assert len(keys) == 3  # the TPM window, the budget period, the usage day
+    assert [await client.ttl(k) > 0 for k in keys] == [True] * 3
+
+
 async def test_concurrent_admissions_never_exceed_the_limit(redis: tuple[Redis, str]) -> None:
     client, prefix = redis
     replicas = [RedisQuotaStore(client, prefix, 1), RedisQuotaStore(Redis.from_url(REDIS_URL), prefix, 1)]

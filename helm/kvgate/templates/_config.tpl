@@ -78,6 +78,7 @@ response_max_entries = {{ int $cfg.state.response_max_entries }}
 on_store_error = {{ $cfg.quotas.on_store_error | toJson }}
 usage_retention_days = {{ int $cfg.quotas.usage_retention_days }}
 store_timeout_s = {{ include "kvgate.pyFloat" $cfg.quotas.store_timeout_s }}
+settle_interval_s = {{ include "kvgate.pyFloat" $cfg.quotas.settle_interval_s }}
 
 {{- $rs := $cfg.route_selection }}
 

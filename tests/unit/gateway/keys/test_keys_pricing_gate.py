@@ -222,6 +222,42 @@ async def test_the_writer_wakes_for_each_settlement_and_a_full_queue_counts_the_
         await asyncio.gather(task, return_exceptions=True)
 
 
+class _CountingStore(MemoryQuotaStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    async def settle(self, settlements: Any) -> None:
+        self.batches.append(len(settlements))
+        await super().settle(settlements)
+
+
+async def test_with_a_settle_interval_the_writer_gathers_one_batch() -> None:
+    store = _CountingStore()
+    gathering = asyncio.Event()
+    release = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:  # the interval, held until the test lets it pass
+        assert seconds == 0.05
+        gathering.set()
+        await release.wait()
+
+    gate = KeyGate(KeyTable(), store, wall_clock=lambda: NOW, settle_interval_s=0.05, sleep=sleep)
+    key = KeyRecord("k", "team", "p", "d", KeyLimits(budget_usd=1.0))
+    task = asyncio.create_task(gate.run())
+    try:
+        gate.settle(Admission(key), "m", "c", True, TokenUsage(7, 4, 3), 11e-6)
+        await gathering.wait()
+        for _ in range(4):  # while the writer gathers
+            gate.settle(Admission(key), "m", "c", True, TokenUsage(7, 4, 3), 11e-6)
+        release.set()
+        assert await _eventually(lambda: store.batches == [5])
+        assert await store.spent("k", key.limits, NOW) == 55
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def _eventually(check: Any, timeout_s: float = 5.0) -> bool:
     loop = asyncio.get_running_loop()
     until = loop.time() + timeout_s
