@@ -82,3 +82,22 @@ def test_index_per_endpoint() -> None:
     assert index.peek("b") is None and index.names() == ["a"]
     index.drop("a")
     assert index.peek("a") is None
+
+
+def test_touch_stamps_entries_and_expire_drops_the_oldest_first() -> None:
+    lru = BlockLRU(10)
+    lru.touch([1, 2, 3], (), 100)  # tail first: 3 is the least recent
+    lru.touch([4, 5], (9,), 200)
+    lru.touch([1], (), 300)  # a touch moves and restamps
+    assert lru.expire(150) == 2 and len(lru) == 4  # 3 and 2 (stamped 100); 1 was restamped
+    assert 1 in lru and 3 not in lru and 2 not in lru
+    assert lru.expire(250) == 3 and list(lru._entries) == [1]
+    lru.insert([7])  # an unstamped entry stops expiry
+    assert lru.expire(10_000) == 1 and list(lru._entries) == [7]
+    assert lru.trim([7], 0) == 1 and len(lru) == 0
+
+
+def test_load_appends_a_snapshot_in_order_and_evicts_over_capacity() -> None:
+    lru = BlockLRU(3)
+    lru.load([(1, 10), (2, 20), (3, 30), (4, 40)])
+    assert list(lru._entries.items()) == [(2, 20), (3, 30), (4, 40)]
