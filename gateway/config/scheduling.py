@@ -194,7 +194,9 @@ class StateSettings(_Section):
     key_prefix: str = Field("kvgate:", min_length=1, description="Prefix of every Redis key kvgate writes.")
     index_ttl_s: float = Field(3600.0, gt=0, description="An endpoint's index key expires after this long unwritten.")
     in_flight_ttl_s: float = Field(10.0, gt=0, description="A replica's in-flight counts expire after this (crash).")
-    heartbeat_s: float = Field(1.0, gt=0, description="A replica republishes its in-flight counts this often.")
+    heartbeat_s: float = Field(
+        1.0, gt=0, description="mode direct: a replica republishes its in-flight counts this often (mirror: every refresh_ms).",
+    )
     deadline_ms: float = Field(
         25.0, gt=0, description="A Redis call slower than this falls back to the local view (degraded)."
     )
