@@ -2,7 +2,8 @@
 
 :meth:`gateway.proxy.Proxy.handle` hands an :class:`~gateway.protocol.apis.ApiCall` (the edge found
 its row in :mod:`gateway.protocol.apis`) to :meth:`ApiDirector.handle`, which takes the same spine
-as chat: parse once (the row's ``parse``), route selection over the request's chat-shaped
+as chat: parse once (the row's ``parse``; off the loop above ``[server] parse_offload_bytes``:
+``ParseOffload.parse_api``), route selection over the request's chat-shaped
 ``prompt`` (a model-only view when the API has none), ``X-Failover-Route``, the key's quotas, the
 exchange and its close-out, admission, then :meth:`Proxy.forward <gateway.proxy.Proxy.forward>`
 (scheduling over the prompt, failover before the first byte). What differs per API:
@@ -188,7 +189,11 @@ class ApiDirector:
         proxy = self._proxy
         if raw:
             check_content_type(headers.get("content-type"))
-        request = call.api.parse(raw, call.ident)
+        offload = proxy._parse_offload
+        if offload is not None and call.ident is None and len(raw) > offload.inline_limit:
+            request = await offload.parse_api(call.api.name, raw)  # as chat: a large body off the loop
+        else:
+            request = call.api.parse(raw, call.ident)
         assert isinstance(request, ApiRequest)
         pinned = await self._pinned(request) if request.state_id is not None else None
         view = request.prompt if request.prompt is not None else self._model_view(request, pinned, key)

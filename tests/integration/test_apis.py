@@ -367,3 +367,23 @@ def test_every_upstream_call_of_a_stored_response_gets_a_client_span(sims: dict[
         assert clients[0].attributes["kvgate.endpoint"] in ("gen-a", "gen-b")
     retrieve = next(s for s in spans if s.kind is SpanKind.CLIENT and s.attributes["http.request.method"] == "GET")
     assert retrieve.attributes["gen_ai.operation.name"] == "responses.retrieve"
+
+
+def test_large_bodies_of_the_other_apis_are_parsed_off_the_loop(sims: dict[str, Sim], refusing: RefusingPort) -> None:
+    """Above ``[server] parse_offload_bytes`` a Responses or embeddings body is parsed in the worker
+    process, as chat's is: the same answer, and a bad large body is the same 400 as a small one."""
+    config = {**_config(sims, refusing), "server": {"parse_offload_bytes": 4096}}
+    gateway = RunningGateway(config, health_checks=False).start()
+    try:
+        long_input = "a long input " * 800  # ~10 KB
+        with _openai(gateway) as client:
+            answer = client.responses.create(model=MODEL, input=long_input, max_output_tokens=3)
+            vectors = client.embeddings.create(model="embedder", input=[long_input, "short"])
+        offload = gateway.app.state.container.proxy._parse_offload
+        assert offload is not None and any(worker is not None and worker.alive for worker in offload._pool)
+        assert answer.usage is not None and answer.usage.input_tokens > 1000 and answer.output_text
+        assert len(vectors.data) == 2 and vectors.usage.prompt_tokens > 1000
+        bad = [_post(gateway, "/v1/responses", {"model": MODEL, "input": 7, "pad": "x" * size}) for size in (8000, 1)]
+        assert [r.status_code for r in bad] == [400, 400] and bad[0].json() == bad[1].json()
+    finally:
+        gateway.stop()
