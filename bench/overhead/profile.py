@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.overhead --profile [--profile-seconds 15] [--profile-concurrency 32]
         [--profile-format raw|speedscope|flamegraph] [--profile-native] [--profile-stream] [--kvgate-workers N]
-        [--endpoints N] [--profile-cprofile]
+        [--endpoints N] [--profile-cprofile [--profile-prompt-bytes N]]
 
 Starts the fake upstream and kvgate exactly as the benchmark does (default routing profile, auth,
 metrics), warms it up, then samples the (first) kvgate process with ``py-spy record`` (installed
@@ -149,7 +149,8 @@ def cprofile_main(args: argparse.Namespace) -> int:
         body = load.chat_body(stream=args.profile_stream)
         for seconds in (2, args.profile_seconds):
             result = load.run_load(
-                target.url, target.headers, concurrency=args.profile_concurrency, seconds=seconds, cores=args.load, loadgen="wrk", body=body,
+                target.url, target.headers, concurrency=args.profile_concurrency, seconds=seconds, cores=args.load, loadgen="wrk",
+                body=None if args.profile_prompt_bytes else body, unique_prompt_bytes=args.profile_prompt_bytes,
             )
             served += int(result["requests"] or 0)
     finally:
@@ -164,7 +165,7 @@ def cprofile_main(args: argparse.Namespace) -> int:
         time.sleep(0.1)
     header = (
         f"kvgate under cProfile, {'streaming' if args.profile_stream else 'non-streaming'} c={args.profile_concurrency}, "
-        f"{args.endpoints} endpoint(s), {served} requests (warm-up included), {result['requests_per_s']:.0f} req/s under the profiler"
+        f"{args.endpoints} endpoint(s), prompts {args.profile_prompt_bytes or 'small'} B, {served} requests (warm-up included), {result['requests_per_s']:.0f} req/s under the profiler"
     )
     text = cprofile_text(stats_path, max(1, served), args.profile_top, header)
     (OUT / "kvgate-cprofile-top.txt").write_text(text + "\n")

@@ -23,7 +23,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, Metric
+from prometheus_client import CollectorRegistry, Metric
+from prometheus_client.metrics import MetricWrapperBase  # a Counter or a Histogram (defined in metrics.py)
 from prometheus_client.registry import Collector
 
 
@@ -32,12 +33,12 @@ class Tally(Collector):
 
     def __init__(self, registry: CollectorRegistry, *, direct: bool = False) -> None:
         self.direct = direct
-        self._counts: dict[tuple[Counter, tuple[str, ...]], float] = {}
-        self._histograms: dict[tuple[Histogram, tuple[str, ...]], list[float]] = {}
-        self._bounds: dict[Histogram, list[float]] = {}
+        self._counts: dict[tuple[MetricWrapperBase, tuple[str, ...]], float] = {}
+        self._histograms: dict[tuple[MetricWrapperBase, tuple[str, ...]], list[float]] = {}
+        self._bounds: dict[MetricWrapperBase, list[float]] = {}
         registry.register(self)
 
-    def count(self, counter: Counter, labels: tuple[str, ...], amount: float = 1.0) -> None:
+    def count(self, counter: MetricWrapperBase, labels: tuple[str, ...], amount: float = 1.0) -> None:
         """``counter.labels(*labels).inc(amount)``, folded; ``amount`` must be >= 0 (checked at flush)."""
         if self.direct:
             counter.labels(*labels).inc(amount)
@@ -46,7 +47,7 @@ class Tally(Collector):
         counts = self._counts
         counts[key] = counts.get(key, 0.0) + amount
 
-    def observe(self, histogram: Histogram, labels: tuple[str, ...], value: float) -> None:
+    def observe(self, histogram: MetricWrapperBase, labels: tuple[str, ...], value: float) -> None:
         """``histogram.labels(*labels).observe(value)``, folded (the same bucket: the first bound >= value)."""
         if self.direct:
             histogram.labels(*labels).observe(value)
