@@ -72,6 +72,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metr
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gateway.observability.tally import Tally
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
@@ -88,6 +90,7 @@ class GatewayMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.tally = Tally(self.registry, direct=bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR")))  # observability/tally.py
         self._scrape_collectors: list[Collector] = []
         r = self.registry
         self.requests = Counter(
@@ -222,7 +225,6 @@ class GatewayMetrics:
         for collector in self._scrape_collectors:
             combined.register(collector)
         return generate_latest(combined)
-
 
     # ---- event-loop lag (issue 23, long prompts; gateway/observability/loop_lag.py sets them) ----
 
