@@ -172,7 +172,45 @@ async def main() -> int:
     if len(modes) == 2:
         print(f"| on - off | {best['on'] - best['off']:+.1f} | "
               f"{', '.join(f'{b - a:+.1f}' for a, b in zip(figures['off'], figures['on'], strict=True))} |")
+    if "on" in modes:
+        step = [await admission_step(args) for _ in range(rounds)]
+        print(f"| admission step alone (Proxy.admit + lease hold/drop x2, 100,000 calls) | {min(step):.2f} | "
+              f"{', '.join(f'{v:.2f}' for v in step)} |")
     return 0
+
+
+async def admission_step(args: argparse.Namespace, calls: int = 100_000) -> float:
+    """us CPU of what admission adds to one unsaturated request: ``Proxy.admit`` on the arguments of a real
+    request (captured from one through the app), then the lease's hold and drops (an attempt and the
+    exchange), as the director and ``attempt.py`` call them. The whole-path difference above is this
+    plus noise; on a shared machine the noise is tens of us, this is the figure the goal is about."""
+    upstream = CannedUpstream()
+    settings = build_settings({"auth": {"api_keys": ["sk-bench"]}, "clusters": clusters(args.model, args.endpoints),
+                               "models": {"m": {"cluster": "fast"}}, "admission": {"enabled": True}})
+    app = create_app(settings, upstream=upstream, health_checks=False)
+    body = json.dumps({"model": args.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20}).encode()
+    seen: list[tuple[Any, ...]] = []
+    async with app.router.lifespan_context(app):
+        proxy = app.state.container.proxy
+        real = proxy.admit
+
+        async def capture(*call: Any) -> Any:
+            seen.append(call)
+            return await real(*call)
+
+        proxy.admit = capture
+        await drive_core(app, body, 1, False)
+        proxy.admit = real
+        call = seen[0]
+        exchange = call[1]
+        started = time.process_time()
+        for _ in range(calls):
+            await real(*call)
+            lease = exchange.lease
+            lease.hold()
+            lease.drop()
+            lease.drop()
+        return (time.process_time() - started) / calls * 1e6
 
 
 async def measure(args: argparse.Namespace, admission: bool) -> float:
