@@ -8,11 +8,14 @@ estimated price there. In order:
 1. **admit** (``reason=free``) when an endpoint can start it now: predicted wait 0 behind the
    waiters already queued, which then all fit too (``wake``: the caller releases them);
 2. **spill at once** (``reason=spill_saturated``) when the primary cannot start it now, a spill
-   target can take it (see 4) and either the request's key is **over its fair share** of the
-   primary (``over_share``, :mod:`gateway.admission.fairness`: keys over their weighted max-min
-   share overflow first, keys under it queue and the fair queue serves them), or waiting here
-   would miss the deadline: the primary's predicted wait plus its predicted time to first token
-   (``first_token_s``) is over the limit while the target's latest spill time is still ahead;
+   target can take it (see 4) and waiting here would miss the deadline: the primary's predicted
+   wait plus its predicted time to first token (``first_token_s``) is over the limit while the
+   target's latest spill time (see 3) is still ahead. **Fair share** (``share``,
+   :mod:`gateway.admission.fairness`): a request that keeps its key within its weighted max-min
+   share of the primary (``"under"``) is not spilled at once, nor for saturation (4), while the
+   queue has room and its latest spill time is ahead: it queues, the fair queue serves it first,
+   and it spills at its latest spill time if still waiting. So when the primary is saturated the
+   requests of keys over their share overflow first;
 3. **queue** (``reason=queued``) when the primary is not saturated (the wait is within the
    limit, or an engine says it has room) and the queue has room for the request: it waits in
    the gateway, not in the engine, up to the limit (the ticket's TTL). With a spill target it
@@ -159,7 +162,7 @@ def decide(
     allow_spill: bool = True,
     budget_left_usd: float | None = None,
     first_token_s: float = 0.0,
-    over_share: bool = False,
+    share: str | None = None,
 ) -> Decision:
     """The admission :class:`Decision` (see the module docstring).
 
@@ -167,7 +170,8 @@ def decide(
     the queue can take it, else the reason it cannot (``key_limit`` or ``capacity``, as
     :class:`~gateway.admission.queue.QueueFull` says); ``budget_left_usd``: the key's remaining
     budget (None: no budget); ``first_token_s``: the primary's predicted time from start to first
-    token (its base TTFT), s; ``over_share``: the key holds its fair share of the primary already.
+    token (its base TTFT), s; ``share``: ``"under"`` when the request keeps its key within its fair share
+    of the primary, ``"over"`` when it would put it over, None when no other key holds anything there.
     """
     cluster, wait = primary.cluster, primary.wait_s
     if primary.routable == 0:  # nothing to wait for: failover decides
@@ -175,13 +179,15 @@ def decide(
     if primary.can_start_now:
         return Decision(Action.ADMIT, cluster, "free", wait, wake=queued)
     target = _spill_target(primary, spill, limit_s, budget_left_usd) if allow_spill else None
-    if not primary.saturated and queue_room is None:
+    if queue_room is None and (not primary.saturated or (share == "under" and target is not None)):
         if target is None:
             return Decision(Action.QUEUE, cluster, "queued", wait, ttl_s=limit_s)
         latest = limit_s - target.first_token_s  # the latest spill time that still makes the deadline
-        if not over_share and (latest <= 0.0 or wait + first_token_s <= limit_s):
-            spill_after = latest if latest > 0.0 else None
-            return Decision(Action.QUEUE, cluster, "queued", wait, ttl_s=limit_s, spill_after_s=spill_after)
+        late = primary.saturated or wait + first_token_s > limit_s
+        if latest > 0.0 and (share == "under" or not late):
+            return Decision(Action.QUEUE, cluster, "queued", wait, ttl_s=limit_s, spill_after_s=latest)
+        if latest <= 0.0 and not primary.saturated:  # a spill cannot make the deadline either: wait here
+            return Decision(Action.QUEUE, cluster, "queued", wait, ttl_s=limit_s)
     if target is not None:
         return Decision(Action.SPILL, target.cluster, "spill_saturated", wait)
     reason = "shed_key_limit" if queue_room == "key_limit" else "shed_capacity"

@@ -12,9 +12,10 @@ weight's part leaves the rest to the others. So:
   its demand has the largest share per weight (no key below its demand could gain without one
   with a smaller share per weight losing);
 * a request **is over share** when its key would hold more than its share with it
-  (``d_k + 1 > share_k``, the new request counted in ``d_k``). When the cluster cannot start it
-  now, such a request is spilled first (``decision.py``); requests of keys under their share
-  queue, and start-time fair queueing serves them in order. A quiet key against a 5x
+  (``d_k + 1 > share_k``, the new request counted in ``d_k``). When the cluster is saturated,
+  such requests spill first (``decision.py``); requests of keys under their share queue even
+  then (spilling only at their latest spill time), and start-time fair queueing serves them
+  first. A quiet key against a 5x
   neighbour so keeps its share of the local cluster, and the neighbour's excess overflows.
   With no other key holding anything on the cluster nobody is over share (there is no one to
   be fair to: a lone key queues as before).
@@ -44,6 +45,15 @@ def fair_shares(demand: Mapping[str, float], weight: Mapping[str, float], capaci
             left -= demand[key]
             active.discard(key)
     return shares
+
+
+def share_state(
+    key: str, demand: Mapping[str, float], weight: Mapping[str, float], capacity: float
+) -> str | None:
+    """``"over"`` (:func:`over_share`), ``"under"``, or None when no other key holds anything (no one to be fair to)."""
+    if not any(asked > 0.0 for other, asked in demand.items() if other != key):
+        return None
+    return "over" if over_share(key, demand, weight, capacity) else "under"
 
 
 def over_share(

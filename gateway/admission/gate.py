@@ -12,8 +12,9 @@ through three small callables, so it imports nothing above its layer and tests n
   so a queued request's latest spill time is its limit minus that (``decision.py``).
 
 Per key, the gate counts what each key holds on each cluster (its leases in flight; the queue
-counts its waiters): when the primary cannot start a request now, a key over its weighted fair
-share of the primary's slots (``fairness.py``) is spilled first.
+counts its waiters): when the primary is saturated, a request that keeps its key within its
+weighted fair share of the primary's slots (``fairness.py``) still queues, so keys over their share
+spill first.
 
 Use (the director, between route selection and scheduling)::
 
@@ -34,7 +35,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from gateway.admission.decision import Action, Decision, SpillTarget, decide, resolve_priority
-from gateway.admission.fairness import over_share
+from gateway.admission.fairness import share_state
 from gateway.admission.queue import AdmissionQueue, Outcome
 from gateway.admission.saturation import EndpointLoad, Saturation, cluster_saturation
 from gateway.config.admission import PRIORITIES, AdmissionKeySettings, AdmissionSettings
@@ -75,7 +76,7 @@ class Judgement:
     priority: int
     primary: Saturation | None = None
     targets: tuple[SpillTarget, ...] = ()
-    over_share: bool = False
+    share: str | None = None
 
     def render(self) -> dict[str, object]:
         """JSON-ready (``POST /admin/routing/explain``): the decision, and the saturation it was judged on
@@ -89,7 +90,7 @@ class Judgement:
             "spill_targets": [{**_saturation(t.saturation), "price_usd": t.price_usd,
                                "first_token_ms": _ms(t.first_token_s)} for t in self.targets],
             "spill_after_ms": _ms(d.spill_after_s) if d.spill_after_s is not None else None,
-            "retry_after_ms": d.retry_after_ms, "over_fair_share": self.over_share,
+            "retry_after_ms": d.retry_after_ms, "fair_share": self.share,
         }
 
 
@@ -171,12 +172,12 @@ class AdmissionGate:
             if key_settings.max_queued is not None and self.queue.key_depth(key) >= key_settings.max_queued:
                 queue_room = "key_limit"
         targets = self._targets(ask, priority, limit, settings) if primary.wait_s > 0 else ()
-        over = bool(targets) and ask.allow_spill and self._over_share(cluster, key, settings)
+        share = self._share(cluster, key, settings) if targets and ask.allow_spill else None
         decision = decide(primary, limit_s=limit, queued=self.queue.ahead_of(cluster, priority, key),
                           queue_room=queue_room, spill=targets, allow_spill=ask.allow_spill,
                           budget_left_usd=ask.budget_left_usd, first_token_s=self._first_token_s(cluster),
-                          over_share=over)
-        return Judgement(decision, priority, primary, targets, over)
+                          share=share)
+        return Judgement(decision, priority, primary, targets, share)
 
     def _targets(self, ask: Ask, priority: int, limit: float, settings: AdmissionSettings) -> tuple[SpillTarget, ...]:
         found = []
@@ -186,15 +187,15 @@ class AdmissionGate:
                 found.append(SpillTarget(there, self._price_usd(name), there.wait_s + self._first_token_s(name)))
         return tuple(found)
 
-    def _over_share(self, cluster: str, key: str, settings: AdmissionSettings) -> bool:
-        """Whether a new request of ``key`` would put it over its fair share of ``cluster``'s slots."""
+    def _share(self, cluster: str, key: str, settings: AdmissionSettings) -> str | None:
+        """``fairness.share_state`` of a new request of ``key`` on ``cluster``'s slots."""
         demand: dict[str, float] = dict(self._inflight.get(cluster, {}))
         for name, waiting in self.queue.waiting_by_key(cluster).items():
             demand[name] = demand.get(name, 0) + waiting
         weights = {name: self._key(settings, name).weight for name in demand}
         weights.setdefault(key, self._key(settings, key).weight)
         capacity = sum(load.slots for load in self._loads(cluster))
-        return over_share(key, demand, weights, capacity)
+        return share_state(key, demand, weights, capacity)
 
     def now(self, ask: Ask) -> Judgement:
         """:meth:`judge`, acting on it: the waiters an admission makes room for are released, and a

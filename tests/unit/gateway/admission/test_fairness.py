@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.admission.decision import Action
-from gateway.admission.fairness import fair_shares, over_share
+from gateway.admission.fairness import fair_shares, over_share, share_state
 from gateway.admission.gate import AdmissionGate, Ask
 from gateway.admission.queue import AdmissionQueue
 from gateway.admission.saturation import EndpointLoad
@@ -48,6 +48,14 @@ def test_over_share(key: str, demand: dict, over: bool) -> None:
     assert over_share(key, demand, {}, 8.0) is over
 
 
+@pytest.mark.parametrize(("key", "demand", "state"), [
+    ("loud", {"loud": 6, "quiet": 2}, "over"), ("quiet", {"loud": 6, "quiet": 2}, "under"),
+    ("loud", {"loud": 8}, None), ("loud", {"loud": 8, "quiet": 0}, None), ("new", {"loud": 8}, "under"),
+])
+def test_share_state(key: str, demand: dict, state: str | None) -> None:
+    assert share_state(key, demand, {}, 8.0) == state
+
+
 DEMANDS = st.dictionaries(st.sampled_from("abcde"), st.integers(0, 20), min_size=1)
 WEIGHTS = st.dictionaries(st.sampled_from("abcde"), st.floats(0.1, 10.0))
 
@@ -74,11 +82,12 @@ def test_a_key_under_its_equal_share_is_never_over(loud: int, quiet: int, capaci
 
 
 class World:
-    """``fast``: one endpoint of 4 slots (engine full); ``managed`` free; leases taken through the gate."""
+    """``fast``: one endpoint of 4 slots (engine full); ``managed`` free; leases taken through the gate.
+    The wait limit (0.5 s) is under the predicted wait of a full ``fast`` (1.4 s): it is saturated."""
 
     def __init__(self) -> None:
         self.time = FakeTime()
-        self.settings = AdmissionSettings(enabled=True, max_queue_wait_s=5.0,
+        self.settings = AdmissionSettings(enabled=True, max_queue_wait_s=0.5,
                                           keys={"loud": AdmissionKeySettings(), "quiet": AdmissionKeySettings()})
         self.queue = AdmissionQueue(clock=self.time.clock, timer=self.time.timer)
         self.gate = AdmissionGate(
@@ -88,7 +97,7 @@ class World:
         )
 
 
-async def test_the_key_over_its_share_spills_and_the_one_under_it_queues() -> None:
+async def test_saturated_the_key_over_its_share_spills_and_the_one_under_it_queues() -> None:
     world = World()
     leases = [world.gate.lease("fast", "loud") for _ in range(3)] + [world.gate.lease("fast", "quiet")]
     assert world.gate.inflight("fast") == {"loud": 3, "quiet": 1}
@@ -96,25 +105,24 @@ async def test_the_key_over_its_share_spills_and_the_one_under_it_queues() -> No
     assert (loud.action, loud.cluster, loud.reason) == (Action.SPILL, "managed", "spill_saturated")
     quiet = asyncio.ensure_future(world.gate.admit(Ask("fast", "quiet", spill_to=["managed"])))
     await asyncio.sleep(0)
-    assert world.queue.waiting_by_key("fast") == {"quiet": 1}
+    assert world.queue.waiting_by_key("fast") == {"quiet": 1}  # saturated, but within its share: it waits
     leases[0].drop()  # a loud request ends: its slot goes to the quiet waiter
     decision = await quiet
     assert (decision.action, decision.reason) == (Action.ADMIT, "queued")
     world.gate.lease("fast", "quiet")  # as the director takes it
     assert world.gate.inflight("fast") == {"loud": 2, "quiet": 2}
     explained = world.gate.judge(Ask("fast", "loud", spill_to=["managed"])).render()
-    assert (explained["action"], explained["over_fair_share"]) == ("spill", True)  # 3 > its share 2 of 4
+    assert (explained["action"], explained["fair_share"]) == ("spill", "over")  # 3 > its share 2 of 4
+    newcomer = world.gate.judge(Ask("fast", "new", spill_to=["managed"])).render()
+    assert (newcomer["action"], newcomer["fair_share"], newcomer["spill_after_ms"]) == ("queue", "under", 500.0)
 
 
-async def test_without_a_spill_target_an_over_share_key_still_queues() -> None:
+async def test_without_a_spill_target_a_saturated_cluster_sheds_whatever_the_share() -> None:
     world = World()
     for _ in range(3):
         world.gate.lease("fast", "loud")
     world.gate.lease("fast", "quiet")
-    waiter = asyncio.ensure_future(world.gate.admit(Ask("fast", "loud")))
-    await asyncio.sleep(0)
-    assert world.queue.depth("fast") == 1
-    waiter.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await waiter
+    for key in ("loud", "quiet"):
+        decision = await world.gate.admit(Ask("fast", key))
+        assert (decision.action, decision.status) == (Action.SHED, 503)
     assert world.queue.depth("fast") == 0

@@ -36,10 +36,18 @@ def target(first_token_s: float, wait: float = 0.0) -> SpillTarget:
         (2.0, 0.0, [target(1.5)], {"allow_spill": False}, Action.QUEUE, None),
         (4.5, 1.0, [target(1.5)], {"allow_spill": False}, Action.QUEUE, None),
         (2.0, 0.0, [target(1.5)], {"budget_left_usd": 0.01}, Action.QUEUE, None),  # cannot afford it there
-        (2.0, 0.0, [target(1.5)], {"over_share": True}, Action.SPILL, None),  # over its fair share: first out
-        (2.0, 0.0, [target(5.5)], {"over_share": True}, Action.SPILL, None),
-        (2.0, 0.0, [], {"over_share": True}, Action.QUEUE, None),  # no spill target: it queues (SFQ serves)
-        (0.0, 0.0, [target(1.5)], {"over_share": True}, Action.ADMIT, None),  # a free slot admits anyone
+        # fair share: a request within its key's share waits (spilling at its latest spill time) even when
+        # late or saturated; one over it is treated like anyone else
+        (4.5, 1.0, [target(1.5)], {"share": "under"}, Action.QUEUE, 3.5),
+        (4.5, 1.0, [target(1.5)], {"share": "over"}, Action.SPILL, None),
+        (2.0, 0.0, [target(1.5)], {"share": "over"}, Action.QUEUE, 3.5),  # not late: it queues too
+        (9.0, 0.0, [target(1.5)], {"share": "under"}, Action.QUEUE, 3.5),  # saturated, under its share
+        (9.0, 0.0, [target(1.5)], {"share": "over"}, Action.SPILL, None),
+        (9.0, 0.0, [target(1.5)], {}, Action.SPILL, None),
+        (9.0, 0.0, [target(5.5)], {"share": "under"}, Action.SPILL, None),  # no spill time left: spill now
+        (9.0, 0.0, [], {"share": "under"}, Action.SHED, None),  # nothing to fall back on: shed as before
+        (9.0, 0.0, [target(1.5)], {"share": "under", "queue_room": "capacity"}, Action.SPILL, None),
+        (0.0, 0.0, [target(1.5)], {"share": "over"}, Action.ADMIT, None),  # a free slot admits anyone
     ],
 )
 def test_latest_spill_time(wait: float, first_token: float, spill: list, kwargs: dict, action: Action,
