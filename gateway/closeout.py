@@ -12,13 +12,13 @@ once; the exchange then calls :meth:`CloseOut.close`, which, in this order:
    (streams with usage and at least two output tokens);
 3. queues the key's settlement (TPM correction, spend, usage record) on the :class:`KeyGate`;
 4. ends the request's trace (usage on its spans) when tracing is on;
-5. adds the per-request record (``observability/request_log.py``: id, key, model, route and
+5. adds the per-request record (``observability/request_log.py``: id, API, key, model, route and
    reason, cluster, endpoint, attempts, prompt/cached/completion tokens, cost, TTFT, E2E, status,
    outcome), listed by ``GET /admin/requests``;
 6. observes the load (route selection's load model and the key's cost,
    :meth:`~gateway.selection.selector.RouteSelector.finished`, given the cost of step 1);
-7. writes the core request metrics: ``kvgate_requests_total``, the request duration, TTFT and
-   token counters.
+7. writes the core request metrics: ``kvgate_requests_total``, ``kvgate_api_requests_total{api,
+   model, outcome}``, the request duration, TTFT and token counters.
 
 The access-log line of an inference request is the edge's to time (it knows the status written
 and when the last byte left): it calls :func:`access_line` with the exchange, on every door.
@@ -74,10 +74,11 @@ class CloseOut:
         self._clock = clock
         self.selector = selector  # the load observer (route selection's load model)
 
-    def open(self, request_id: str, model: str, admission: Admission | None, state: Any) -> Exchange:
+    def open(self, request_id: str, model: str, admission: Admission | None, state: Any, api: str = "chat") -> Exchange:
         """A new exchange that closes here, with the key's admission and the request's trace
-        (``state.trace``, set by the edge when tracing is on); put on ``state.exchange``."""
-        exchange = Exchange(request_id, model, self._clock, self)
+        (``state.trace``, set by the edge when tracing is on); put on ``state.exchange``. ``api``:
+        the API's name (``gateway/protocol/apis.py``), in the record and ``kvgate_api_requests_total``."""
+        exchange = Exchange(request_id, model, self._clock, self, api)
         exchange.admission = admission
         trace = getattr(state, "trace", None)
         if trace is not None:
@@ -126,6 +127,7 @@ class CloseOut:
         m = self._metrics
         model, cluster, outcome = exchange.model, exchange.cluster, exchange.outcome
         m.requests.labels(model, cluster, exchange.endpoint, outcome).inc()
+        m.api_requests.labels(exchange.api, model, outcome).inc()
         if outcome == CLIENT_ERROR and not cluster:
             return
         m.request_duration.labels(model, cluster).observe(self._clock() - exchange.started)

@@ -10,7 +10,10 @@ OpenTelemetry GenAI names of the figures (Prometheus keeps kvgate's names and la
     ``kvgate_time_per_output_token_seconds`` ~ ``gen_ai.server.time_per_output_token`` (ITL);
     ``kvgate_tokens_total{kind}`` ~ ``gen_ai.client.token.usage`` (``gen_ai.token.type`` input /
     output; ``cached`` = ``gen_ai.usage.cache_read.input_tokens``);
-    ``kvgate_request_errors_total{error_type}`` carries ``error.type``.
+    ``kvgate_request_errors_total{error_type}`` carries ``error.type``;
+    ``kvgate_api_requests_total{api, model, outcome}`` ~ ``gen_ai.operation.name`` (``chat``, ``completions``,
+    ``responses``, ``messages``, ``embeddings``, ...: ``gateway/protocol/apis.py``; a counter of its own, so the
+    label sets of ``kvgate_requests_total`` and the dashboards over it stay as they were).
 
 Request outcomes (label ``outcome``):
     ``success``: the endpoint answered 2xx and, for streams, finished without an in-band error.
@@ -105,20 +108,19 @@ class GatewayMetrics:
             ["model", "cluster", "kind"], registry=r,
         )
         self.upstream_failures = Counter(
-            "kvgate_upstream_failures",
-            "Failed attempts against an endpoint, by reason.", ["endpoint", "reason"], registry=r,
+            "kvgate_upstream_failures", "Failed attempts against an endpoint, by reason.", ["endpoint", "reason"], registry=r
+        )
+        self.api_requests = Counter(
+            "kvgate_api_requests", "Inference requests by API, public model and outcome.", ["api", "model", "outcome"],
+            registry=r,
         )
         self.failovers = Counter(
-            "kvgate_failovers",
-            "Requests that moved from one cluster of their route to the next, before the first byte.",
-            ["from_cluster", "to_cluster"],
-            registry=r,
+            "kvgate_failovers", "Requests that moved from one cluster of their route to the next, before the first byte.",
+            ["from_cluster", "to_cluster"], registry=r,
         )
         self.continuations = Counter(
             "kvgate_stream_continuations",
-            "Streams broken after content was sent and continued on another endpoint of the cluster.",
-            ["cluster"],
-            registry=r,
+            "Streams broken after content was sent and continued on another endpoint of the cluster.", ["cluster"], registry=r,
         )
         self.in_flight = Gauge(
             "kvgate_endpoint_in_flight",
