@@ -194,7 +194,7 @@ class Proxy:
         if decision.action is Action.SPILL:
             rest = tuple(name for name in route.clusters if name != decision.cluster)
             route = replace(route, clusters=(decision.cluster, *rest), reason="spill_saturated")
-        exchange.lease = gate.lease(decision.cluster)
+        exchange.lease = gate.lease(decision.cluster, key)
         return route
 
     @property

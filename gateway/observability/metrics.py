@@ -92,32 +92,23 @@ class GatewayMetrics:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.tally = Tally(self.registry, direct=bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR")))  # observability/tally.py
         self._scrape_collectors: list[Collector] = []
+        self.before_scrape: list[Callable[[], None]] = []  # run before each exposition (plain-int tallies flush)
         r = self.registry
         self.requests = Counter(
-            "kvgate_requests",
-            "Inference requests by public model, cluster, endpoint and outcome.",
-            ["model", "cluster", "endpoint", "outcome"],
-            registry=r,
+            "kvgate_requests", "Inference requests by public model, cluster, endpoint and outcome.",
+            ["model", "cluster", "endpoint", "outcome"], registry=r,
         )
         self.request_duration = Histogram(
-            "kvgate_request_duration_seconds",
-            "E2E latency of inference requests as the gateway saw it, seconds.",
-            ["model", "cluster"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            "kvgate_request_duration_seconds", "E2E latency of inference requests as the gateway saw it, seconds.",
+            ["model", "cluster"], buckets=_LATENCY_BUCKETS, registry=r,
         )
         self.ttft = Histogram(
-            "kvgate_time_to_first_token_seconds",
-            "Time from request arrival to the first streamed token, seconds.",
-            ["model", "cluster"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            "kvgate_time_to_first_token_seconds", "Time from request arrival to the first streamed token, seconds.",
+            ["model", "cluster"], buckets=_LATENCY_BUCKETS, registry=r,
         )
         self.tokens = Counter(
-            "kvgate_tokens",
-            "Tokens by kind: prompt, cached (prompt tokens served from the prefix cache), completion.",
-            ["model", "cluster", "kind"],
-            registry=r,
+            "kvgate_tokens", "Tokens by kind: prompt, cached (prompt tokens served from the prefix cache), completion.",
+            ["model", "cluster", "kind"], registry=r,
         )
         self.upstream_failures = Counter(
             "kvgate_upstream_failures", "Failed attempts against an endpoint, by reason.", ["endpoint", "reason"], registry=r
@@ -172,11 +163,8 @@ class GatewayMetrics:
             registry=r,
         )
         self.endpoint_duration = Histogram(
-            "kvgate_endpoint_request_duration_seconds",
-            "E2E latency of successful requests by the endpoint that answered, seconds.",
-            ["endpoint"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            "kvgate_endpoint_request_duration_seconds", "E2E latency of successful requests by the endpoint that answered, seconds.",
+            ["endpoint"], buckets=_LATENCY_BUCKETS, registry=r,
         )
         self.cost = Counter(
             "kvgate_cost_usd", "Cost of answered requests at the cluster's prices, USD.", ["model", "cluster"], registry=r
@@ -217,6 +205,8 @@ class GatewayMetrics:
         combined by prometheus_client's ``MultiProcessCollector`` (counters and histograms summed,
         gauges per their ``multiprocess_mode``), plus this process's scrape-time collectors.
         """
+        for flush in self.before_scrape:
+            flush()
         directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
         if not directory:
             return generate_latest(self.registry)
@@ -396,24 +386,39 @@ class AdmissionMetrics:
         self.queue_wait = Histogram(
             "kvgate_admission_queue_wait_seconds",
             "Time a request waited in the gateway's admission queue, by cluster and priority, seconds.",
-            ["cluster", "priority"],
-            buckets=_QUEUE_WAIT_BUCKETS,
-            registry=registry,
+            ["cluster", "priority"], buckets=_QUEUE_WAIT_BUCKETS, registry=registry,
         )
         self.admitted = Counter(
             "kvgate_admission_admitted", "Requests admitted (at once or after queueing) by cluster and key name.",
             ["cluster", "key"], registry=registry,
         )
         self._admitted: dict[tuple[str, str], int] = {}  # (cluster, key) -> admitted, for the share gauge
+        self._free: dict[tuple[str, str], int] = {}  # (cluster, key) -> free admissions not yet in the counters
+        self._pending = 0
         for instrument in (self.decisions, self.queue_wait, self.admitted):
             cache_children(instrument)
 
-    def count_admitted(self, cluster: str, key: str) -> None:
-        """One request of ``key`` admitted on ``cluster`` (the counter and the share's tally; keys bounded)."""
-        self.admitted.labels(cluster, key).inc()
+    def count_admitted(self, cluster: str, key: str, count: int = 1) -> None:
+        """``count`` requests of ``key`` admitted on ``cluster`` (the counter and the share's tally; keys bounded)."""
+        self.admitted.labels(cluster, key).inc(count)
         tally = self._admitted
         if (cluster, key) in tally or len(tally) < 10_000:
-            tally[(cluster, key)] = tally.get((cluster, key), 0) + 1
+            tally[(cluster, key)] = tally.get((cluster, key), 0) + count
+
+    def count_free(self, cluster: str, key: str) -> None:
+        """One request admitted at once (``reason=free``): a plain int, no prometheus_client call (the hot
+        path); :meth:`flush` (before each scrape, and every 4,096 here) adds it to the counters."""
+        self._free[(cluster, key)] = self._free.get((cluster, key), 0) + 1
+        self._pending += 1
+        if self._pending >= 4096:
+            self.flush()
+
+    def flush(self) -> None:
+        """Move the free admissions counted since the last flush into the counters and the share's tally."""
+        tally, self._free, self._pending = self._free, {}, 0
+        for (cluster, key), count in tally.items():
+            self.decisions.labels(cluster, "admit", "free").inc(count)
+            self.count_admitted(cluster, key, count)
 
     def watch_queue(self, depth: Callable[[str, int], int], clusters: Callable[[], Iterable[str]]) -> None:
         """Export ``depth(cluster, priority)`` for ``clusters()`` and the key shares at scrape time."""
@@ -421,23 +426,18 @@ class AdmissionMetrics:
 
 
 class _AdmissionCollector(Collector):
-    def __init__(
-        self, metrics: AdmissionMetrics, depth: Callable[[str, int], int], clusters: Callable[[], Iterable[str]]
-    ) -> None:
+    def __init__(self, metrics: AdmissionMetrics, depth: Callable[[str, int], int], clusters: Callable[[], Iterable[str]]):
         self._metrics, self._depth, self._clusters = metrics, depth, clusters
 
     def collect(self) -> Iterator[Metric]:
-        depth = GaugeMetricFamily(
-            "kvgate_admission_queue_depth", "Requests waiting in the gateway's admission queue now.",
-            labels=["cluster", "priority"],
-        )
+        depth = GaugeMetricFamily("kvgate_admission_queue_depth", "Requests waiting in the gateway's admission queue "
+                                  "now.", labels=["cluster", "priority"])
         for cluster in self._clusters():
             for index, priority in enumerate(self._metrics.priorities):
                 depth.add_metric([cluster, priority], float(self._depth(cluster, index)))
-        share = GaugeMetricFamily(
-            "kvgate_admission_key_share", "The key's share of the requests admitted on the cluster since start (0..1).",
-            labels=["cluster", "key"],
-        )
+        share = GaugeMetricFamily("kvgate_admission_key_share", "The key's share of the requests admitted on the "
+                                  "cluster since start (0..1).", labels=["cluster", "key"])
+        self._metrics.flush()
         tally = dict(self._metrics._admitted)
         totals: dict[str, int] = {}
         for (cluster, _), count in tally.items():

@@ -158,6 +158,8 @@ def test_nothing_can_take_it_sheds_a_503_with_retry_after(admitting: RunningGate
     error = caught.value
     assert error.status_code == 503
     assert int(error.response.headers["retry-after"]) >= 1
+    precise = int(error.response.headers["retry-after-ms"])  # the predicted drain, which the SDK reads first
+    assert 1 <= precise <= int(error.response.headers["retry-after"]) * 1000
     payload = error.response.json()["error"]
     assert payload["type"] == "server_error" and payload["code"] == "engine_overloaded"
     assert admitting.metric("kvgate_admission_decisions_total", cluster="busy", action="shed", reason="shed_capacity") >= 1
