@@ -75,7 +75,7 @@ class Prediction:
     predicted: int
     reported: int
     within_block: float  # share of requests whose prediction is within one 128-token block
-    fallbacks: int  # tokenize producer failures (timeout, error): decisions on the approximate index
+    fallbacks: str  # tokenize producer failures "timeouts/errors": decisions on the approximate index
 
 
 async def _predictions(policy: str, origin: str) -> Prediction:
@@ -87,19 +87,22 @@ async def _predictions(policy: str, origin: str) -> Prediction:
             metrics = await reply.text()
     done = [r for r in records if r.get("cached_tokens") is not None and r.get("predicted_cached_tokens") is not None]
     near = sum(abs(r["predicted_cached_tokens"] - r["cached_tokens"]) <= 128 for r in done)
-    fallbacks = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                    if line.startswith("kvgate_routing_producer_failures_total{") and 'producer="tokenize"' in line)
+    failed = {"timeout": 0, "error": 0}
+    for line in metrics.splitlines():
+        if line.startswith("kvgate_routing_producer_failures_total{") and 'producer="tokenize"' in line:
+            failed["timeout" if 'reason="timeout"' in line else "error"] += int(float(line.rsplit(" ", 1)[1]))
     return Prediction(policy, len(done), sum(r["predicted_cached_tokens"] for r in done),
-                      sum(r["cached_tokens"] for r in done), round(near / max(len(done), 1), 3), int(fallbacks))
+                      sum(r["cached_tokens"] for r in done), round(near / max(len(done), 1), 3),
+                      f"{failed['timeout']}/{failed['error']}")
 
 
 def prediction_table(rows: list[Prediction]) -> str:
     lines = [f"{'policy':<20}{'requests':>9}{'predicted':>11}{'reported':>10}{'pred/rep':>10}{'<=1 block':>11}"
-             f"{'fallbacks':>11}"]
+             f"{'fallbacks t/e':>15}"]
     for row in rows:
         ratio = row.predicted / row.reported if row.reported else float("nan")
         lines.append(f"{row.policy:<20}{row.requests:>9}{row.predicted:>11}{row.reported:>10}{ratio:>10.3f}"
-                     f"{row.within_block:>11.3f}{row.fallbacks:>11}")
+                     f"{row.within_block:>11.3f}{row.fallbacks:>15}")
     return "\n".join(lines)
 
 
