@@ -16,14 +16,13 @@ vLLM's own block hashes (sha256 over pickled tokens, seeded by a per-process ran
 block by its tokens, chained like vLLM's, and keeps per worker the exact set of
 token-chain hashes plus a map from vLLM's hash to it (for ``BlockRemoved``, which names only
 vLLM hashes). :meth:`KvBlockSets.match` then answers exactly how many leading tokens of a
-tokenized prompt a worker holds. Sets are bounded by the worker's reported capacity
-(``max_blocks``): the engine reports every eviction, so they track it; the cap guards against lost
-events.
+tokenized prompt a worker holds. The engine reports every eviction, so the sets track its
+capacity; ``max_blocks`` (1M blocks per worker) only guards against lost events.
 
 **Order and loss.** vLLM numbers each batch (``seq``, from 0 per publisher process).
 :meth:`KvBlockSets.apply_batch` keeps the last ``seq`` per worker: a batch that does not follow
 it clears that worker's set first, a gap (``seq > last + 1``: batches lost, e.g. past the ZMQ
-high-water mark) as a restart (``seq <= last``: a new engine, whose cache is empty). A cleared
+high-water mark) as well as a restart (``seq <= last``: a new engine, whose cache is empty). A cleared
 set under-claims (the engine still holds blocks the set forgot; they return as they are stored
 again) and never claims a block the engine dropped. The scraper's restart detection (new
 ``process_start_time_seconds``) clears it too (``scheduling/service.py``).

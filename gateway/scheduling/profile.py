@@ -14,7 +14,9 @@ observe do nothing, no breakdown), as their dedicated schedulers did. For one re
    only);
 3. runs the producers under the deadline (``scheduling/producers.py``); each answer lands in its
    typed field of :class:`~gateway.scheduling.types.Hints`, a missing one leaves its default;
-4. builds one :class:`~gateway.scheduling.types.Candidate` per routable endpoint: index match (or
+4. builds one :class:`~gateway.scheduling.types.Candidate` per routable endpoint (with, in precise
+   mode, the exact tokens its engine holds by its KV events: ``Hints.precise``, whose prompt
+   token count goes to ``Context.prompt_tokens``): index match (or
    the match with a prompt still being prefilled there, ``scheduling/prefill.py``, if longer) and
    affinity, cluster-wide in-flight (this replica live + other replicas from the store), engine
    stats unless stale, latency EWMA, recent assignments and prefill in flight from the closed loop;

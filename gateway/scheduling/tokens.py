@@ -8,7 +8,8 @@ text completion whose prompt is one string), under the profile's producer deadli
 (``routing.producer_deadline_ms``; late or failed = no hint, the scorer falls back). With the
 tokens, it reads every candidate's exact match from the KV-event sets
 (:meth:`~gateway.scheduling.kv_events.KvBlockSets.match`) into a :class:`PreciseView`
-(``Hints.precise``): only endpoints that ever published events get a value.
+(``Hints.precise``): only endpoints that ever published events get a value. With a single
+routable endpoint there is nothing to choose: no round trip.
 
 Why the worker's ``/tokenize`` and not an in-process tokenizer: it is the engine's own template
 and tokenizer, so the ids are the ones its blocks were hashed from, and the gateway ships no
@@ -108,6 +109,8 @@ class TokenizeProducer:
 
     async def produce(self, ctx: Context, endpoints: Sequence[Endpoint]) -> PreciseView | None:
         sets = self._sets
+        if len(endpoints) < 2:
+            return None  # nothing to choose between: no round trip (the prediction stays approximate)
         publishing = [e.spec.name for e in endpoints if sets.known(e.spec.name)]
         if not publishing:
             return None  # no events yet: nothing to be precise about, no round trip

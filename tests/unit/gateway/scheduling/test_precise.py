@@ -229,3 +229,47 @@ async def test_no_events_yet_means_no_round_trip(tokenizer: Tokenizer) -> None:
     decision = await sched.schedule([worker("a", tokenizer.port), worker("b", tokenizer.port)],  # type: ignore[attr-defined]
                                     chat("hello " * 100))
     assert tokenizer.bodies == [] and "tokenize" not in decision.hints
+    sched._producers["tokenize"]._sets.apply_batch("a", 0, [])  # a publishes, but it is alone
+    decision = await sched.schedule([worker("a", tokenizer.port)], chat("hello " * 100))  # type: ignore[attr-defined]
+    assert tokenizer.bodies == [] and "tokenize" not in decision.hints
+
+
+# -- the service: built with routing.kv_events on ------------------------------------------
+def service(bind: str) -> Any:
+    from prometheus_client import CollectorRegistry
+
+    from gateway.config import StateSettings
+    from gateway.endpoints.registry import EndpointRegistry
+    from gateway.scheduling.service import SchedulingService
+    from gateway.state.memory import MemoryStore
+
+    routing = RoutingSettings(policy="prefix-precise", kv_events={"enabled": True, "bind": bind})
+    return SchedulingService(routing, StateSettings(), EndpointRegistry({}), metrics_registry=CollectorRegistry(),
+                             store=MemoryStore())
+
+
+def test_the_service_refuses_to_build_without_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "msgspec" else real(name, *a))
+    with pytest.raises(ConfigError, match="precise mode needs msgspec"):
+        service("tcp://127.0.0.1:1")
+
+
+async def test_the_service_binds_feeds_the_scheduler_and_a_restart_clears() -> None:
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    built = service(bind)
+    await built.start()
+    try:
+        assert built._kv_task is not None and built.kv_subscriber is not None
+        assert built.scheduler._producers["tokenize"]._sets is built.kv  # one set for subscriber and producer
+        built.kv.apply_batch("w", 0, [msgspec.to_builtins(stored(1, 2))])
+        assert built.kv.size("w") == 2
+        built._on_restart(worker("w"))
+        assert built.kv.size("w") == 0
+        taken = service(bind)  # the same address again: logged, no task, decisions fall back
+        await taken.start()
+        assert taken._kv_task is None
+        await taken.stop()
+    finally:
+        await built.stop()
+    assert built._kv_task is None
