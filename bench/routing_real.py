@@ -14,7 +14,8 @@ minutes and both cores.
 
     .venv/bin/python -m bench.routing_real [--policies round-robin,least-in-flight,prefix-aware,sglang,vllm-router]
 
-``prefix-precise`` (precise mode) starts the workers with ``--kv-events-config`` publishing to
+``prefix-precise`` (precise mode; ``precise-blend``: the same plus the approximate ``prefix``
+scorer at weight 1, a profile written into the bench's config) starts the workers with ``--kv-events-config`` publishing to
 the gateway's ``[routing.kv_events] bind`` (topic: each worker's origin); ``--num-blocks N``
 shrinks each worker's KV cache to N blocks (``--num-gpu-blocks-override``) so that a short trace
 evicts. For every kvgate policy a second table compares the cached tokens kvgate **predicted**
@@ -62,7 +63,21 @@ async def _scrape(origins: list[str]) -> list[WorkerStats]:
 
 
 PEERS = ("sglang", "vllm-router")
-PRECISE = "prefix-precise"
+PRECISE = ("prefix-precise", "precise-blend")
+BLEND = """
+[routing.profiles.precise-blend]
+producers = ["state", "tokenize"]
+
+[routing.profiles.precise-blend.scorers]
+precise-prefix = 3.0
+prefix = 1.0
+session = 1.0
+in-flight = 1.0
+queue = 1.0
+kv-usage = 0.5
+assignments = 0.5
+prefill = 1.0
+"""
 ADMIN_KEY = "bench-admin"
 
 
@@ -112,6 +127,8 @@ def _kvgate_config(policy: str, port: int, origins: list[str], kv_bind: str | No
     text += f'\n[admin]\napi_key = "{ADMIN_KEY}"\nrequest_log_size = 1000\n'
     if kv_bind is not None:
         text += f'\n[routing.kv_events]\nenabled = true\nbind = "{kv_bind}"\n'
+    if policy == "precise-blend":
+        text += BLEND
     return text
 
 
@@ -139,7 +156,7 @@ def _overrides(args: argparse.Namespace) -> dict | None:
 async def run_policy(
     policy: str, trace: list, args: argparse.Namespace, runtime: object,
 ) -> tuple[PolicyRow, int, Prediction | None]:
-    kv_bind = f"tcp://127.0.0.1:{procs.free_port_block(1, start=34000)}" if policy == PRECISE else None
+    kv_bind = f"tcp://127.0.0.1:{procs.free_port_block(1, start=34000)}" if policy in PRECISE else None
     async with LocalWorkerPool(runtime, 2, overrides=_overrides(args), log=lambda line: None,  # type: ignore[arg-type]
                                kv_events=kv_bind) as pool:
         origins = [w.origin for w in pool.workers]
