@@ -13,9 +13,11 @@ Columns per (row, load step), :func:`summarise`:
 * TTFT p50/p99 in ms of answered requests, per class and per tenant;
 * ``spilled`` / ``shed`` / ``lost``: shares served by the managed cluster, refused with 429/503,
   and failed otherwise (transport errors, other statuses: should be 0);
-* ``retry_vs_drain``: median over sheds of ``Retry-After`` over the actual drain time (the
-  longest TTFT of a same-class request answered locally that was sent in the 0.5 s before the
-  shed: it waited behind the same backlog); within 0.5..2 is the goal;
+* ``retry_vs_drain``: median over sheds of ``Retry-After`` (whole seconds) over the actual drain
+  time (the longest TTFT of a same-class request answered locally that was sent in the 0.5 s
+  before the shed: it waited behind the same backlog); ``retry_ms_vs_drain``: the same for the
+  ``retry-after-ms`` header (the precise predicted drain the openai SDK reads first); within
+  0.5..2 is the goal;
 * ``usd_per_1k``: cost of 1,000 answered requests at the clusters' prices (usage tokens);
 * ``quiet_share``: the quiet tenant's requests answered by the local cluster within their SLO,
   over its fair share of the local capacity during the step (``capacity * step_s`` requests,
@@ -32,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -72,6 +74,7 @@ class Sample:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     retry_after_s: float | None = None
+    retry_after_ms: float | None = None
     error: str | None = None
     sent_at: float = 0.0
 
@@ -107,6 +110,8 @@ async def _one(session: aiohttp.ClientSession, url: str, traffic: Traffic, sampl
             if reply.status != 200:
                 retry = reply.headers.get("Retry-After")
                 sample.retry_after_s = float(retry) if retry else None
+                retry_ms = reply.headers.get("retry-after-ms")
+                sample.retry_after_ms = float(retry_ms) if retry_ms else None
                 await reply.read()
                 return
             async for line in reply.content:
@@ -210,20 +215,24 @@ def summarise(row: str, samples: list[Sample], traffic: Traffic, local: str, man
         )
         sheds = [s for s in mine if s.retry_after_s is not None]
         columns["retry_after_p50_s"] = percentile([s.retry_after_s for s in sheds], 0.5) if sheds else None
-        columns["retry_vs_drain"] = _retry_vs_drain(sheds, [s for s in answered if s.cluster == local])
+        locals_ = [s for s in answered if s.cluster == local]
+        columns["retry_vs_drain"] = _retry_vs_drain(sheds, locals_, lambda s: s.retry_after_s)
+        columns["retry_ms_vs_drain"] = _retry_vs_drain(
+            sheds, locals_, lambda s: s.retry_after_ms / 1000.0 if s.retry_after_ms else None)
         out.append(columns)
     return out
 
 
-def _retry_vs_drain(sheds: list[Sample], local: list[Sample]) -> float | None:
-    """Median of ``Retry-After / drain`` over sheds; drain: the longest TTFT of a request of the same
+def _retry_vs_drain(sheds: list[Sample], local: list[Sample], told: Callable[[Sample], float | None]) -> float | None:
+    """Median of ``told(shed) / drain`` over sheds (``told``: the header's delay, s); drain: the longest TTFT of a request of the same
     class answered locally that was sent in the 0.5 s before the shed (it waited behind the same
     backlog: the time that backlog took to drain)."""
     ratios = []
     for shed in sheds:
         near = [s.ttft_s for s in local if s.cls == shed.cls and shed.sent_at - 0.5 <= s.sent_at <= shed.sent_at]
-        if near and shed.retry_after_s:
-            ratios.append(shed.retry_after_s / max(max(near), 1e-3))  # type: ignore[type-var]
+        delay = told(shed)
+        if near and delay:
+            ratios.append(delay / max(max(near), 1e-3))  # type: ignore[type-var]
     return round(percentile(ratios, 0.5), 2) if ratios else None
 
 
@@ -234,7 +243,7 @@ def _cost(sample: Sample, traffic: Traffic) -> float:
 
 COLUMNS = ("row", "load", "requests", "goodput", "interactive_in_slo", "interactive_p50_ms", "interactive_p99_ms",
            "batch_p50_ms", "batch_p99_ms", "loud_p50_ms", "loud_p99_ms", "quiet_p50_ms", "quiet_p99_ms",
-           "spilled", "shed", "lost", "retry_vs_drain", "usd_per_1k", "quiet_share", "quiet_of_delivered", "jain")
+           "spilled", "shed", "lost", "retry_vs_drain", "retry_ms_vs_drain", "usd_per_1k", "quiet_share", "quiet_of_delivered", "jain")
 
 
 def format_table(rows: list[dict]) -> str:

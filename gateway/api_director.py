@@ -2,14 +2,16 @@
 
 :meth:`gateway.proxy.Proxy.handle` hands an :class:`~gateway.protocol.apis.ApiCall` (the edge found
 its row in :mod:`gateway.protocol.apis`) to :meth:`ApiDirector.handle`, which takes the same spine
-as chat: parse once (the row's ``parse``), route selection over the request's chat-shaped
+as chat: parse once (the row's ``parse``; off the loop above ``[server] parse_offload_bytes``:
+``ParseOffload.parse_api``), route selection over the request's chat-shaped
 ``prompt`` (a model-only view when the API has none), ``X-Failover-Route``, the key's quotas, the
 exchange and its close-out, admission, then :meth:`Proxy.forward <gateway.proxy.Proxy.forward>`
 (scheduling over the prompt, failover before the first byte). What differs per API:
 
 * **clusters**: a row that ``serves = "pooling"`` (embeddings, rerank, score) goes only to clusters
   whose ``[clusters.NAME] serves = "pooling"``; the others only to ``generate`` clusters
-  (404 ``model_not_found`` naming what the model serves);
+  (400 ``model_not_supported`` naming the API and what the model serves; chat and completions
+  are checked by the same :meth:`ApiDirector.serving`);
 * **the endpoint's answer**: sent to ``base_url + apis.upstream_path(path)`` with the client's query
   string, by the row's method; never asked for usage (``stream_options`` is chat's);
 * **usage**: a buffered answer's by the row's ``usage`` reader, a stream's by the row's observer
@@ -39,7 +41,7 @@ import orjson
 from gateway.attempt import Attempt, BufferedReply, Opener, Retry
 from gateway.errors import (
     GatewayError,
-    ModelNotFoundError,
+    ModelNotSupportedError,
     NoHealthyEndpointError,
     UpstreamError,
     UpstreamTimeoutError,
@@ -187,18 +189,22 @@ class ApiDirector:
         proxy = self._proxy
         if raw:
             check_content_type(headers.get("content-type"))
-        request = call.api.parse(raw, call.ident)
+        offload = proxy._parse_offload
+        if offload is not None and call.ident is None and len(raw) > offload.inline_limit:
+            request = await offload.parse_api(call.api.name, raw)  # as chat: a large body off the loop
+        else:
+            request = call.api.parse(raw, call.ident)
         assert isinstance(request, ApiRequest)
         pinned = await self._pinned(request) if request.state_id is not None else None
         view = request.prompt if request.prompt is not None else self._model_view(request, pinned, key)
         selector = proxy._selector
         routed = await selector.select(view, key, headers)
         route = proxy.route_for(view, headers.get("x-failover-route"), routed.route)
-        route = self._serving(route, call.api, view.model) if pinned is None else _pinned_route(route, pinned)
+        route = self.serving(route, call.api, view.model) if pinned is None else _pinned_route(route, pinned)
         admission = await proxy._gate.admit(
             key, view.model, len(raw), route.clusters, lambda: selector.reservation(routed, route, len(raw))
         )
-        exchange = proxy._closeout.open(state.request_id, view.model, admission, state)
+        exchange = proxy._closeout.open(state.request_id, view.model, admission, state, call.api.name)
         selector.attach(exchange, routed)
         outgoing = Outgoing(call, request, self._affinity)
         try:
@@ -259,16 +265,22 @@ class ApiDirector:
             )
         return InferenceRequest(Operation.CHAT, model, False, {"model": model, "messages": []}, request.raw)
 
-    def _serving(self, route: Route, api: Api, model: str) -> Route:
-        """``route`` with only the clusters that serve ``api`` (``generate`` or ``pooling``); 404 if none."""
+    def serving(self, route: Route, api: Api, model: str) -> Route:
+        """``route`` with only the clusters that serve ``api`` (``generate`` or ``pooling``); chat and
+        completions are checked here too (``Proxy.handle``), before the key's quota is touched.
+
+        Raises ModelNotSupportedError (400 ``model_not_supported``, ``param: model``) naming the API
+        and the model when none of its clusters serves the API.
+        """
         clusters = self._settings().clusters
         kept = tuple(name for name in route.clusters if _serves(clusters.get(name)) == api.serves)
         if kept == route.clusters:
             return route
         if not kept:
             what = "embeddings, rerank and score only" if api.serves == "generate" else "text generation only"
-            raise ModelNotFoundError(
-                f"The model `{model}` serves {what}: {api.method} {api.paths[0]} is not served for it.", param="model"
+            raise ModelNotSupportedError(
+                f"The model `{model}` serves {what}: the {api.name} API ({api.method} {api.paths[0]}) is not "
+                f"supported for it.", param="model"
             )
         return Route(route.name, kept, failover=route.failover, reason=route.reason, timeouts=route.timeouts)
 

@@ -184,12 +184,17 @@ def _admission_gate(container: Container, routing: RoutingRuntime) -> AdmissionG
             return 0.0
         return cost_usd(profile.price, TokenUsage(0, 0, round(profile.expected_output_tokens)))
 
+    def first_token_s(cluster: str) -> float:  # start to first token there, for the latest spill time
+        profile = selector.profiles().get(cluster)
+        return selector.tracker.base_ttft_s(profile) if profile is not None else 0.0
+
     queue = AdmissionQueue(max_depth=settings.admission.max_queue_depth, max_per_key=settings.admission.max_queued_per_key)
     metrics = AdmissionMetrics(container.metrics.registry, PRIORITIES)
     metrics.watch_queue(queue.depth, lambda: container.settings.clusters)
+    container.metrics.before_scrape.append(metrics.flush)
     return AdmissionGate(
         lambda: container.settings.admission, queue, loads=loads, service_s=service_s, price_usd=price_usd,
-        quantile=settings.route_selection.wait_quantile, metrics=metrics,
+        first_token_s=first_token_s, quantile=settings.route_selection.wait_quantile, metrics=metrics,
     )
 
 

@@ -297,6 +297,7 @@ async def _up_async(args: argparse.Namespace) -> int:
     try:  # prints the one-line dtype notice (backends.host) before the launch
         supervisor = local_supervisor(
             runtime, count=args.workers, kv_cache_dtype=args.kv_cache_dtype, max_model_len=LOCAL_MAX_MODEL_LEN,
+            kv_events=settings.routing.kv_events.connect if settings.routing.kv_events.enabled else None,
             log=_progress)
     except ValueError as error:  # an explicit dtype the model cannot use here (e.g. head size)
         raise ConfigError(str(error)) from None

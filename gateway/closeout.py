@@ -12,13 +12,13 @@ once; the exchange then calls :meth:`CloseOut.close`, which, in this order:
    (streams with usage and at least two output tokens);
 3. queues the key's settlement (TPM correction, spend, usage record) on the :class:`KeyGate`;
 4. ends the request's trace (usage on its spans) when tracing is on;
-5. adds the per-request record (``observability/request_log.py``: id, key, model, route and
+5. adds the per-request record (``observability/request_log.py``: id, API, key, model, route and
    reason, cluster, endpoint, attempts, prompt/cached/completion tokens, cost, TTFT, E2E, status,
    outcome), listed by ``GET /admin/requests``;
 6. observes the load (route selection's load model and the key's cost,
    :meth:`~gateway.selection.selector.RouteSelector.finished`, given the cost of step 1);
-7. writes the core request metrics: ``kvgate_requests_total``, the request duration, TTFT and
-   token counters.
+7. writes the core request metrics: ``kvgate_requests_total``, ``kvgate_api_requests_total{api,
+   model, outcome}``, the request duration, TTFT and token counters.
 
 The access-log line of an inference request is the edge's to time (it knows the status written
 and when the last byte left): it calls :func:`access_line` with the exchange, on every door.
@@ -74,10 +74,11 @@ class CloseOut:
         self._clock = clock
         self.selector = selector  # the load observer (route selection's load model)
 
-    def open(self, request_id: str, model: str, admission: Admission | None, state: Any) -> Exchange:
+    def open(self, request_id: str, model: str, admission: Admission | None, state: Any, api: str = "chat") -> Exchange:
         """A new exchange that closes here, with the key's admission and the request's trace
-        (``state.trace``, set by the edge when tracing is on); put on ``state.exchange``."""
-        exchange = Exchange(request_id, model, self._clock, self)
+        (``state.trace``, set by the edge when tracing is on); put on ``state.exchange``. ``api``:
+        the API's name (``gateway/protocol/apis.py``), in the record and ``kvgate_api_requests_total``."""
+        exchange = Exchange(request_id, model, self._clock, self, api)
         exchange.admission = admission
         trace = getattr(state, "trace", None)
         if trace is not None:
@@ -88,18 +89,18 @@ class CloseOut:
 
     def close(self, exchange: Exchange) -> None:
         """Every end-of-request effect of ``exchange`` (finished: outcome, usage, times set); see the module doc."""
-        m = self._metrics
+        m, tally = self._metrics, self._metrics.tally
         model, cluster, outcome = exchange.model, exchange.cluster, exchange.outcome
         tokens = exchange.tokens
         cost = cost_usd(self._pricing.get(cluster), tokens) if tokens is not None and cluster else 0.0
         if outcome in _ERROR_OUTCOMES:
-            m.errors.labels(model, cluster, exchange.error_type or outcome).inc()
+            tally.count(m.errors, (model, cluster, exchange.error_type or outcome))
         if cluster:
-            m.route_decisions.labels(model, exchange.route or cluster, cluster).inc()
+            tally.count(m.route_decisions, (model, exchange.route or cluster, cluster))
             if exchange.attempts > 1:
-                m.retries.labels(model, cluster).inc(exchange.attempts - 1)
+                tally.count(m.retries, (model, cluster), exchange.attempts - 1)
         if cost > 0:
-            m.cost.labels(model, cluster).inc(cost)
+            tally.count(m.cost, (model, cluster), cost)
         if outcome == SUCCESS:
             self._latencies(exchange, tokens)
         if exchange.admission is not None:
@@ -116,34 +117,36 @@ class CloseOut:
     def _latencies(self, exchange: Exchange, tokens: TokenUsage | None) -> None:
         m = self._metrics
         if exchange.endpoint:
-            m.endpoint_duration.labels(exchange.endpoint).observe(exchange.ended_at - exchange.started)
+            m.tally.observe(m.endpoint_duration, (exchange.endpoint,), exchange.ended_at - exchange.started)
         first = exchange.first_token_at
         if first is not None and tokens is not None and tokens.output > 1:
             per_token = (exchange.ended_at - first) / (tokens.output - 1)
-            m.time_per_output_token.labels(exchange.model, exchange.cluster).observe(per_token)
+            m.tally.observe(m.time_per_output_token, (exchange.model, exchange.cluster), per_token)
 
     def _core_metrics(self, exchange: Exchange) -> None:
-        m = self._metrics
+        m, tally = self._metrics, self._metrics.tally
         model, cluster, outcome = exchange.model, exchange.cluster, exchange.outcome
-        m.requests.labels(model, cluster, exchange.endpoint, outcome).inc()
+        tally.count(m.requests, (model, cluster, exchange.endpoint, outcome))
+        tally.count(m.api_requests, (exchange.api, model, outcome))
         if outcome == CLIENT_ERROR and not cluster:
             return
-        m.request_duration.labels(model, cluster).observe(self._clock() - exchange.started)
+        tally.observe(m.request_duration, (model, cluster), self._clock() - exchange.started)
         first = exchange.first_token_at
         if first is not None:
-            m.ttft.labels(model, cluster).observe(first - exchange.started)
+            tally.observe(m.ttft, (model, cluster), first - exchange.started)
         usage = exchange.usage
         if isinstance(usage, dict):
             self._count_tokens(model, cluster, usage)
 
     def _count_tokens(self, model: str, cluster: str, usage: dict[str, Any]) -> None:
+        m = self._metrics
         prompt = usage.get("prompt_tokens")
         completion = usage.get("completion_tokens")
         details = usage.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
         for kind, value in (("prompt", prompt), ("completion", completion), ("cached", cached)):
             if isinstance(value, int) and value > 0:
-                self._metrics.tokens.labels(model, cluster, kind).inc(value)
+                m.tally.count(m.tokens, (model, cluster, kind), value)
 
 
 def access_fields(

@@ -82,6 +82,13 @@ class ModelNotFoundError(NotFoundError):
     code = "model_not_found"
 
 
+class ModelNotSupportedError(InvalidRequestError):
+    """400: the model exists, but what serves it does not serve this API (a chat request to a model
+    served only by pooling clusters, embeddings to a model served only by generate clusters)."""
+
+    code = "model_not_supported"
+
+
 class PermissionDeniedError(GatewayError):
     """403: the key may not use this model (or this operation)."""
 

@@ -10,7 +10,8 @@ defensively.
 The close-out reads ``usage``/``tokens``, ``first_token_at``, ``ended_at``, ``error_type`` (the
 OpenAI error code of a failed request, set with its HTTP ``status``), ``admission`` (the key's
 admission), ``selection`` (route selection's :class:`~gateway.selection.selector.Routed`),
-``queued_s`` (seconds waited in the admission queue) and ``trace`` (the request's spans, when
+``queued_s`` (seconds waited in the admission queue), ``api`` (the API's name in
+``gateway/protocol/apis.py``: ``chat``, ``completions``, ``responses``, ``embeddings``, ...) and ``trace`` (the request's spans, when
 tracing is on). ``lease`` is the admission's (``gateway/admission/gate.py``), held by its attempts.
 """
 
@@ -36,13 +37,15 @@ class Exchange:
     __slots__ = (
         "request_id", "model", "route", "cluster", "endpoint", "decision", "attempts", "continuations",
         "started", "_clock", "outcome", "usage", "first_token_at", "ended_at", "error_type", "admission", "trace",
-        "_closeout", "selection", "tokens", "status", "lease", "queued_s",
+        "_closeout", "selection", "tokens", "status", "lease", "queued_s", "api",
     )
 
     def __init__(
-        self, request_id: str, model: str, clock: Callable[[], float], closeout: CloseOut | None = None
+        self, request_id: str, model: str, clock: Callable[[], float], closeout: CloseOut | None = None,
+        api: str = "chat",
     ) -> None:
         self.request_id = request_id
+        self.api = api
         self.model = model
         self.route = ""
         self.cluster = ""

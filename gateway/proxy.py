@@ -4,7 +4,9 @@
 
 1. parse once (``protocol/``), after the content-type check;
 2. route selection (``selection/selector.py``) -> a route, then ``X-Failover-Route``
-   (``failover.apply_failover_header``); 404 ``model_not_found``, 400 on a bad header;
+   (``failover.apply_failover_header``); 404 ``model_not_found``, 400 on a bad header; only the
+   route's clusters that generate (``ApiDirector.serving``: 400 ``model_not_supported`` for a
+   model served by pooling clusters alone);
 3. the key's quota on what will serve it (``keys/gate.py``: 401/403/429 with ``Retry-After``),
    and the exchange that closes the request out (``closeout.py``);
 4. admission (:meth:`Proxy.admit`, ``gateway/admission/``, when ``[admission]`` is on): admit at
@@ -56,7 +58,7 @@ from gateway.keys.gate import KeyGate
 from gateway.keys.limits import estimate_prompt_tokens
 from gateway.keys.model import KeyRecord
 from gateway.observability.metrics import GatewayMetrics
-from gateway.protocol.apis import ApiCall
+from gateway.protocol.apis import BY_NAME, ApiCall
 from gateway.protocol.offload import ParseOffload
 from gateway.protocol.openai import InferenceRequest, Operation, parse_request
 from gateway.protocol.sse import StreamObserver
@@ -73,6 +75,10 @@ Watch = Callable[[Awaitable[Any]], Awaitable[Any]]
 """Awaits the forwarding step, raising :class:`ClientDisconnected` (and cancelling it) if the client leaves."""
 Reply = BufferedReply | StreamRelay
 """What the director answers with: a complete answer, or a stream relay (an ASGI response)."""
+
+
+_API_ROWS = {Operation.CHAT: BY_NAME["chat"], Operation.COMPLETION: BY_NAME["completions"]}  # protocol/apis.py
+_API_NAMES = {operation: row.name for operation, row in _API_ROWS.items()}
 
 
 class Proxy:
@@ -142,11 +148,13 @@ class Proxy:
             parsed = await offload.parse(operation, raw)  # the same request, the same errors, off the loop
         routed = await self._selector.select(parsed, key, headers)
         route = self.route_for(parsed, headers.get("x-failover-route"), routed.route)
+        if self.apis is not None:  # only clusters that generate (400 model_not_supported if none)
+            route = self.apis.serving(route, _API_ROWS[operation], parsed.model)
         selector = self._selector
         admission = await self._gate.admit(
             key, parsed.model, len(raw), route.clusters, lambda: selector.reservation(routed, route, len(raw))
         )
-        exchange = self._closeout.open(state.request_id, parsed.model, admission, state)
+        exchange = self._closeout.open(state.request_id, parsed.model, admission, state, _API_NAMES[operation])
         selector.attach(exchange, routed)
         try:
             if self._admission is not None:
@@ -186,7 +194,7 @@ class Proxy:
         if decision.action is Action.SPILL:
             rest = tuple(name for name in route.clusters if name != decision.cluster)
             route = replace(route, clusters=(decision.cluster, *rest), reason="spill_saturated")
-        exchange.lease = gate.lease(decision.cluster)
+        exchange.lease = gate.lease(decision.cluster, key)
         return route
 
     @property

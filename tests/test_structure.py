@@ -51,6 +51,7 @@ LAYERS: dict[str, int] = {
     "gateway.protocol": 1,
     "gateway.prefix": 1,
     "gateway.observability.metrics": 1,
+    "gateway.observability.tally": 1,  # the instruments' per-request updates, folded at scrape time
     "gateway.state": 1,
     "gateway.keys": 1,
     "gateway.endpoints": 2,

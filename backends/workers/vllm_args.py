@@ -49,6 +49,8 @@ def server_flags(spec: WorkerSpec) -> list[str]:
     argv = ["--served-model-name", spec.served_model_name,
             "--host", spec.host, "--port", str(spec.port),
             "--kv-cache-dtype", spec.kv_cache_dtype]
+    argv += _optional("--runner", spec.runner)
+    argv += _optional("--convert", spec.convert)
     argv += _optional("--dtype", spec.dtype)
     argv += _optional("--max-model-len", spec.max_model_len)
     argv.append("--enable-prefix-caching" if spec.enable_prefix_caching else "--no-enable-prefix-caching")

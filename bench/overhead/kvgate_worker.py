@@ -7,12 +7,19 @@ alone changes. State that must agree across processes goes through the shared st
 names (``[state] backend = "redis"``).
 
     python -m bench.overhead.kvgate_worker --config FILE
+
+With ``KVGATE_BENCH_CPROFILE=PATH`` the server runs under ``cProfile`` and writes its stats to
+PATH when it stops (``bench.overhead --profile --profile-cprofile``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import os
+import signal
+import sys
 
 import uvicorn
 
@@ -51,12 +58,22 @@ def main(argv: list[str] | None = None) -> int:
 
     server = Server(config)
     sock = reuseport_socket(settings.server.host, settings.server.port)
-    if args.loop == "uvloop":
-        import uvloop
+    stats_path = os.environ.get("KVGATE_BENCH_CPROFILE")
+    profiler = cProfile.Profile() if stats_path else None
+    if profiler is not None:  # uvicorn re-raises SIGTERM after its shutdown: exit through `finally`
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        profiler.enable()
+    try:
+        if args.loop == "uvloop":
+            import uvloop
 
-        uvloop.run(server.serve(sockets=[sock]))
-    else:
-        asyncio.run(server.serve(sockets=[sock]))  # uvicorn captures SIGTERM and shuts down gracefully
+            uvloop.run(server.serve(sockets=[sock]))
+        else:
+            asyncio.run(server.serve(sockets=[sock]))  # uvicorn captures SIGTERM and shuts down gracefully
+    finally:
+        if profiler is not None and stats_path:
+            profiler.disable()
+            profiler.dump_stats(stats_path)
     return 0
 
 

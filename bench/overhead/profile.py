@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.overhead --profile [--profile-seconds 15] [--profile-concurrency 32]
         [--profile-format raw|speedscope|flamegraph] [--profile-native] [--profile-stream] [--kvgate-workers N]
+        [--endpoints N] [--profile-cprofile [--profile-prompt-bytes N]]
 
 Starts the fake upstream and kvgate exactly as the benchmark does (default routing profile, auth,
 metrics), warms it up, then samples the (first) kvgate process with ``py-spy record`` (installed
@@ -11,6 +12,12 @@ chat, or 18-event SSE streams with ``--profile-stream``; wrk reads chunked bodie
 writes ``bench/out/kvgate-profile-top.txt``: functions by *own* time (the frame on top of the
 stack when sampled) and by *inclusive* time (anywhere on the stack). py-spy drops idle samples
 (the event loop waiting in epoll) by default, so shares are of the time kvgate was on the CPU.
+
+``--profile-cprofile`` runs kvgate under ``cProfile`` instead (the ``bench.overhead.kvgate_worker``
+launcher on uvloop, as ``kvgate serve`` runs it): the stats are written when kvgate stops (start-up
+and warm-up included; per-request figures divide by every request served), and the top functions printed in microseconds per request, own (``tottime``)
+and cumulative, to ``bench/out/kvgate-cprofile-top.txt``. cProfile's own cost inflates every
+figure (calls most): read them as shares and call counts.
 
 Raw output is Brendan Gregg's collapsed-stack format: speedscope.app and flamegraph.pl read it.
 """
@@ -101,8 +108,76 @@ def summary_text(stacks: list[tuple[list[str], int]], top: int, header: str) -> 
     return "\n".join(lines)
 
 
+def cprofile_text(path: Path, served: int, top: int, header: str) -> str:
+    """The stats at ``path`` as two tables, us per request by own and by cumulative time."""
+    import pstats
+
+    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    rows = []
+    for (file, line, name), (_, calls, own, cumulative, _) in stats.items():
+        short = re.sub(r"^.*?(site-packages/|/gateway/|/asyncio/)", lambda m: "gateway/" if m.group(1) == "/gateway/" else m.group(1).strip("/") + "/" if m.group(1) == "/asyncio/" else "", file)
+        rows.append((f"{name} ({short}:{line})", calls / served, own / served * 1e6, cumulative / served * 1e6))
+    lines = [header, "", f"top {top} by own time", f"{'own us':>8} {'cum us':>8} {'calls':>6}  function"]
+    lines += [f"{own:8.1f} {cum:8.1f} {calls:6.1f}  {name}" for name, calls, own, cum in sorted(rows, key=lambda r: -r[2])[:top]]
+    ours = [row for row in rows if "gateway/" in row[0]]
+    lines += ["", f"top {top} kvgate functions by cumulative time", f"{'cum us':>8} {'own us':>8} {'calls':>6}  function"]
+    lines += [f"{cum:8.1f} {own:8.1f} {calls:6.1f}  {name}" for name, calls, own, cum in sorted(ours, key=lambda r: -r[3])[:top]]
+    return "\n".join(lines)
+
+
+def cprofile_main(args: argparse.Namespace) -> int:
+    """``--profile-cprofile``: kvgate under cProfile during the same load; prints us/req tables."""
+    from bench.overhead.run import OUT, log, raise_fd_limit, start_upstream  # run imports this module lazily
+
+    os.sched_setaffinity(0, set(args.load))
+    raise_fd_limit()
+    logs = OUT / "overhead-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="kvgate-cprofile-"))
+    stats_path = OUT / "kvgate-cprofile.pstats"
+    stats_path.unlink(missing_ok=True)
+    os.environ["KVGATE_BENCH_CPROFILE"] = str(stats_path)
+    upstream, origins = start_upstream(args, logs)
+    target = None
+    served = 0
+    try:
+        ctx = targets.Context(
+            upstream=origins[0], upstream_pid=upstream.pid, upstreams=origins, work=work, logs=logs, cores=args.gateway,
+            kvgate_loop="uvloop", log=log,
+        )
+        target = targets.start("kvgate", ctx)
+        body = load.chat_body(stream=args.profile_stream)
+        for seconds in (2, args.profile_seconds):
+            result = load.run_load(
+                target.url, target.headers, concurrency=args.profile_concurrency, seconds=seconds, cores=args.load, loadgen="wrk",
+                body=None if args.profile_prompt_bytes else body, unique_prompt_bytes=args.profile_prompt_bytes,
+            )
+            served += int(result["requests"] or 0)
+    finally:
+        os.environ.pop("KVGATE_BENCH_CPROFILE", None)
+        if target is not None:
+            target.stop()
+        stop([upstream])
+        shutil.rmtree(work, ignore_errors=True)
+    for _ in range(50):
+        if stats_path.exists():
+            break
+        time.sleep(0.1)
+    header = (
+        f"kvgate under cProfile, {'streaming' if args.profile_stream else 'non-streaming'} c={args.profile_concurrency}, "
+        f"{args.endpoints} endpoint(s), prompts {args.profile_prompt_bytes or 'small'} B, {served} requests (warm-up included), {result['requests_per_s']:.0f} req/s under the profiler"
+    )
+    text = cprofile_text(stats_path, max(1, served), args.profile_top, header)
+    (OUT / "kvgate-cprofile-top.txt").write_text(text + "\n")
+    print(text)
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     from bench.overhead.run import OUT, log, raise_fd_limit, redis_url_for, start_upstream  # run imports this module lazily
+
+    if args.profile_cprofile:
+        return cprofile_main(args)
 
     if not load.wrk_available():
         print("--profile needs wrk (apt-get install wrk)", file=sys.stderr)
@@ -118,11 +193,11 @@ def main(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="kvgate-profile-"))
     suffix = {"raw": "txt", "speedscope": "speedscope.json", "flamegraph": "svg"}[args.profile_format]
     output = OUT / f"kvgate-profile.{suffix}"
-    upstream, origin = start_upstream(args, logs)
+    upstream, origins = start_upstream(args, logs)
     target = None
     try:
         ctx = targets.Context(
-            upstream=origin, upstream_pid=upstream.pid, work=work, logs=logs, cores=args.gateway,
+            upstream=origins[0], upstream_pid=upstream.pid, upstreams=origins, work=work, logs=logs, cores=args.gateway,
             kvgate_workers=args.kvgate_workers, kvgate_loop=args.kvgate_loop, redis_url=redis_url_for(args), log=log,
         )
         target = targets.start("kvgate", ctx)
@@ -156,7 +231,7 @@ def main(args: argparse.Namespace) -> int:
         shutil.rmtree(work, ignore_errors=True)
     served = result["requests"] or 1
     header = (
-        f"kvgate under py-spy ({args.profile_format}{', native' if args.profile_native else ''}), "
+        f"{args.endpoints} endpoint(s), kvgate under py-spy ({args.profile_format}{', native' if args.profile_native else ''}), "
         f"{'streaming' if args.profile_stream else 'non-streaming'} c={args.profile_concurrency}, "
         f"{result['requests_per_s']:.0f} req/s, CPU {cpu / served * 1e6:.0f} us/req while sampled (py-spy pauses the process: "
         f"higher than unprofiled), errors {result['errors']}"

@@ -69,6 +69,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gateway-cores", default="0", help="cores every target is pinned to (default 0)")
     parser.add_argument("--load-cores", default="", help="cores of load generator + upstream (default: the others)")
     parser.add_argument("--loadgen", choices=("auto", "wrk", "aiohttp"), default="auto", help="auto: wrk if installed")
+    parser.add_argument(
+        "--endpoints", type=int, default=1,
+        help="upstream endpoints (one fake-upstream process on N ports): every router's cluster has N endpoints",
+    )
     parser.add_argument("--kvgate-workers", type=int, default=1, help="kvgate processes behind one port (kvgate serve --processes N; needs Redis)")
     parser.add_argument(
         "--kvgate-loop", choices=("serve", "asyncio", "uvloop"), default="serve",
@@ -99,6 +103,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile-format", choices=("raw", "speedscope", "flamegraph"), default="raw")
     parser.add_argument("--profile-native", action="store_true", help="py-spy --native (C frames too)")
     parser.add_argument("--profile-top", type=int, default=15)
+    parser.add_argument("--profile-cprofile", action="store_true", help="cProfile instead of py-spy (us/req per function)")
+    parser.add_argument("--profile-prompt-bytes", type=int, default=0, help="--profile-cprofile: unique prompts of N bytes")
     args = parser.parse_args(argv)
     quick = args.quick
     defaults = {
@@ -178,17 +184,21 @@ def raise_fd_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
 
 
-def start_upstream(args: argparse.Namespace, logs: Path) -> tuple[Proc, str]:
-    port = free_port()
-    argv = [sys.executable, "-m", "bench.overhead.upstream", "--port", str(port)]
+def start_upstream(args: argparse.Namespace, logs: Path) -> tuple[Proc, list[str]]:
+    """The fake upstream on ``args.endpoints`` ports: (its process, the origins, first = ``direct``)."""
+    ports = [free_port() for _ in range(max(1, getattr(args, "endpoints", 1)))]
+    argv = [sys.executable, "-m", "bench.overhead.upstream"]
+    for port in ports:
+        argv += ["--port", str(port)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     proc = spawn("upstream", argv, cores=args.load, log_dir=logs, env=env, cwd=REPO)
-    origin = f"http://127.0.0.1:{port}"
-    problem = load.wait_ready(f"{origin}/v1/chat/completions", {}, 20, proc.alive)
-    if problem:
-        stop([proc])
-        raise RuntimeError(f"the fake upstream did not start: {problem}\n{proc.log_tail()}")
-    return proc, origin
+    origins = [f"http://127.0.0.1:{port}" for port in ports]
+    for origin in origins:
+        problem = load.wait_ready(f"{origin}/v1/chat/completions", {}, 20, proc.alive)
+        if problem:
+            stop([proc])
+            raise RuntimeError(f"the fake upstream did not start: {problem}\n{proc.log_tail()}")
+    return proc, origins
 
 
 # ---- measurements -----------------------------------------------------------------------------
@@ -330,7 +340,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "rounds": args.rounds, "seconds": args.seconds, "streams_per_ttfb": args.requests,
             "concurrencies": args.concurrencies, "gateway_cores": args.gateway_cores or "0",
             "load_cores": ",".join(map(str, args.load)), "loadgen": args.loadgen,
-            "kvgate_workers": args.kvgate_workers, "kvgate_loop": args.kvgate_loop,
+            "kvgate_workers": args.kvgate_workers, "kvgate_loop": args.kvgate_loop, "endpoints": args.endpoints,
             "loadavg_start": os.getloadavg(),
             "kvgate_tree": str(REPO), "kvgate_commit": git_commit(REPO),
             "baseline_tree": str(args.baseline_tree.resolve()) if args.baseline_tree else None,
@@ -338,13 +348,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "targets": {name: {"available": False, "reason": "not started"} for name in args.target_list},
     }
-    upstream, origin = start_upstream(args, logs)
+    upstream, origins = start_upstream(args, logs)
     running: dict[str, targets.Target] = {}
     try:
         ctx = targets.Context(
-            upstream=origin, upstream_pid=upstream.pid, work=work, logs=logs, cores=args.gateway,
+            upstream=origins[0], upstream_pid=upstream.pid, work=work, logs=logs, cores=args.gateway,
             kvgate_workers=args.kvgate_workers, kvgate_loop=args.kvgate_loop, redis_url=redis_url_for(args), log=log,
-            baseline_tree=args.baseline_tree, loop_lag=args.long_prompts,
+            baseline_tree=args.baseline_tree, loop_lag=args.long_prompts, upstreams=origins,
             state_redis_url=redis_url_for(args, state_targets=True), hiredis_path=args.hiredis_path,
             load_cores=args.load,
         )

@@ -81,9 +81,14 @@ class Context:
     log: Callable[[str], None] = print
     baseline_tree: Path | None = None  # the tree kvgate-base imports ``gateway`` from
     loop_lag: bool = False  # kvgate runs a loop-lag monitor (bench/overhead/long_prompts.py reads /metrics)
+    upstreams: list[str] = field(default_factory=list)  # every endpoint's origin (--endpoints N); empty: [upstream]
     state_redis_url: str | None = None  # the Redis of the kvgate-redis/kvgate-mirror targets
     hiredis_path: Path | None = None  # a folder holding the hiredis package (the -hiredis targets)
     load_cores: list[int] = field(default_factory=list)  # borrowed by a -Np target when the gateway cores are fewer than N
+
+    @property
+    def origins(self) -> list[str]:
+        return self.upstreams or [self.upstream]
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,7 @@ def kvgate_config(ctx: Context) -> str:
     state = ""
     if ctx.redis_url:
         state = f'\n[state]\nbackend = "redis"\nredis_url = "{ctx.redis_url}"\n'
+    endpoints = "".join(f'[[clusters.bench.endpoints]]\nurl = "{origin}/v1"\nmodel = "{MODEL}"\n\n' for origin in ctx.origins)
     return f"""\
 # written by bench/overhead: kvgate's defaults plus one key, one cluster, one model
 # (server.port and state.key_prefix come from KVGATE__SERVER__PORT / KVGATE__STATE__KEY_PREFIX)
@@ -173,10 +179,7 @@ enabled = true
 [clusters.bench]
 description = "the overhead benchmark's fake upstream"
 
-[[clusters.bench.endpoints]]
-url = "{ctx.upstream}/v1"
-model = "{MODEL}"
-
+{endpoints}
 [models.{MODEL}]
 cluster = "bench"
 {state}"""
@@ -374,7 +377,7 @@ def _start_rust_router(ctx: Context, name: str, argv_head: list[str]) -> Target:
     port, prometheus = free_port(), free_port()
     argv = [
         *(str(installed.bin(argv_head[0])), *argv_head[1:]),
-        "--host", "127.0.0.1", "--port", str(port), "--worker-urls", ctx.upstream,
+        "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *ctx.origins,
         "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prometheus), "--log-level", "warning" if name == "vllm-router" else "warn",
     ]
     proc = spawn(name, argv, cores=ctx.cores, log_dir=ctx.logs, env=_clean_env(RUST_LOG="warn"), cwd=ctx.work)

@@ -16,7 +16,10 @@ body is only searched for two byte patterns.
     GET /v1/models              one model
     any other GET               200 with a small JSON object (routers probe /get_server_info ...)
 
-    python -m bench.overhead.upstream --port 9000 [--chunks 16] [--interval-ms 1]
+    python -m bench.overhead.upstream --port 9000 [--port 9001 ...] [--chunks 16] [--interval-ms 1]
+
+Several ``--port`` options: one process listening on each (a cluster of endpoints for
+``bench.overhead --endpoints N``); the counters behind ``/metrics`` are per port.
 """
 
 from __future__ import annotations
@@ -218,23 +221,26 @@ class UpstreamProtocol(asyncio.Protocol):
         self._next(left - 1, interval_s)
 
 
-async def serve(host: str, port: int, chunks: int, interval_s: float) -> None:
+async def serve(host: str, ports: list[int], chunks: int, interval_s: float) -> None:
     loop = asyncio.get_running_loop()
-    counters = Counters()
-    server = await loop.create_server(
-        lambda: UpstreamProtocol(counters, chunks, interval_s), host, port, backlog=4096, reuse_address=True
-    )
+    servers = []
+    for port in ports:
+        counters = Counters()
+        servers.append(await loop.create_server(
+            lambda counters=counters: UpstreamProtocol(counters, chunks, interval_s), host, port, backlog=4096, reuse_address=True
+        ))
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    async with server:
-        await stop.wait()
+    await stop.wait()
+    for server in servers:
+        server.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, action="append", required=True, help="repeat for several endpoints")
     parser.add_argument("--chunks", type=int, default=16, help="content chunks of a normal stream")
     parser.add_argument("--interval-ms", type=float, default=1.0, help="between two chunks of a normal stream")
     args = parser.parse_args(argv)

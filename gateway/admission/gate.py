@@ -6,7 +6,15 @@ through three small callables, so it imports nothing above its layer and tests n
 * ``loads(cluster) -> list[EndpointLoad]``: the routable endpoints now (``saturation.endpoint_loads``
   over the registry snapshot and the stats board's fresh scrapes);
 * ``service_s(cluster) -> float``: the load model's service time of the cluster (the tracker's EWMA);
-* ``price_usd(cluster) -> float``: the request's estimated price on the cluster (for spill budgets).
+* ``price_usd(cluster) -> float``: the request's estimated price on the cluster (for spill budgets);
+* ``first_token_s(cluster) -> float``: the cluster's predicted time from start to first token (the
+  tracker's base TTFT, s): a spill target's wait plus this is how long a spill takes to answer,
+  so a queued request's latest spill time is its limit minus that (``decision.py``).
+
+Per key, the gate counts what each key holds on each cluster (its leases in flight; the queue
+counts its waiters): when the primary is saturated, a request that keeps its key within its
+weighted fair share of the primary's slots (``fairness.py``) still queues, so keys over their share
+spill first.
 
 Use (the director, between route selection and scheduling)::
 
@@ -15,7 +23,7 @@ Use (the director, between route selection and scheduling)::
     if decision.action is Action.SHED: raise decision.error()
     # decision.cluster serves it (a spill target when reason == "spill_saturated")
     ...
-    lease = gate.lease(decision.cluster)   # an attempt holds it; the last holder's drop: gate.finished(cluster)
+    lease = gate.lease(decision.cluster, key_name)   # attempts hold it; the last drop: gate.finished(cluster, key)
 
 :meth:`AdmissionGate.judge` is the same decision without side effects (the explain endpoint).
 With ``enabled = false`` every request is admitted at once and nothing is computed.
@@ -27,6 +35,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from gateway.admission.decision import Action, Decision, SpillTarget, decide, resolve_priority
+from gateway.admission.fairness import share_state
 from gateway.admission.queue import AdmissionQueue, Outcome
 from gateway.admission.saturation import EndpointLoad, Saturation, cluster_saturation
 from gateway.config.admission import PRIORITIES, AdmissionKeySettings, AdmissionSettings
@@ -67,6 +76,7 @@ class Judgement:
     priority: int
     primary: Saturation | None = None
     targets: tuple[SpillTarget, ...] = ()
+    share: str | None = None
 
     def render(self) -> dict[str, object]:
         """JSON-ready (``POST /admin/routing/explain``): the decision, and the saturation it was judged on
@@ -77,7 +87,10 @@ class Judgement:
             "predicted_wait_ms": _ms(d.wait_s), "wait_limit_ms": _ms(d.ttl_s) if d.ttl_s else None,
             "retry_after_s": d.retry_after_s, "status": d.status,
             "primary": None if self.primary is None else _saturation(self.primary),
-            "spill_targets": [{**_saturation(t.saturation), "price_usd": t.price_usd} for t in self.targets],
+            "spill_targets": [{**_saturation(t.saturation), "price_usd": t.price_usd,
+                               "first_token_ms": _ms(t.first_token_s)} for t in self.targets],
+            "spill_after_ms": _ms(d.spill_after_s) if d.spill_after_s is not None else None,
+            "retry_after_ms": d.retry_after_ms, "fair_share": self.share,
         }
 
 
@@ -103,6 +116,7 @@ class AdmissionGate:
         loads: Callable[[str], Sequence[EndpointLoad]],
         service_s: Callable[[str], float],
         price_usd: Callable[[str], float] = lambda cluster: 0.0,
+        first_token_s: Callable[[str], float] = lambda cluster: 0.0,
         quantile: float = 0.99,
         metrics: AdmissionMetrics | None = None,
     ) -> None:
@@ -111,6 +125,8 @@ class AdmissionGate:
         self._loads = loads
         self._service_s = service_s
         self._price_usd = price_usd
+        self._first_token_s = first_token_s
+        self._inflight: dict[str, dict[str, int]] = {}  # cluster -> key -> leases not yet returned
         self._quantile = quantile
         self.metrics = metrics
         self._admit_now: dict[str, Decision] = {}
@@ -155,14 +171,31 @@ class AdmissionGate:
             queue_room = self.queue.room(cluster, key, priority)
             if key_settings.max_queued is not None and self.queue.key_depth(key) >= key_settings.max_queued:
                 queue_room = "key_limit"
-        targets = tuple(
-            SpillTarget(self._saturation(name, key, priority, limit, settings), self._price_usd(name))
-            for name in ask.spill_to if name != cluster
-        ) if primary.wait_s > 0 else ()
+        targets = self._targets(ask, priority, limit, settings) if primary.wait_s > 0 else ()
+        share = self._share(cluster, key, settings) if targets and ask.allow_spill else None
         decision = decide(primary, limit_s=limit, queued=self.queue.ahead_of(cluster, priority, key),
                           queue_room=queue_room, spill=targets, allow_spill=ask.allow_spill,
-                          budget_left_usd=ask.budget_left_usd)
-        return Judgement(decision, priority, primary, targets)
+                          budget_left_usd=ask.budget_left_usd, first_token_s=self._first_token_s(cluster),
+                          share=share)
+        return Judgement(decision, priority, primary, targets, share)
+
+    def _targets(self, ask: Ask, priority: int, limit: float, settings: AdmissionSettings) -> tuple[SpillTarget, ...]:
+        found = []
+        for name in ask.spill_to:
+            if name != ask.cluster:
+                there = self._saturation(name, ask.key, priority, limit, settings)
+                found.append(SpillTarget(there, self._price_usd(name), there.wait_s + self._first_token_s(name)))
+        return tuple(found)
+
+    def _share(self, cluster: str, key: str, settings: AdmissionSettings) -> str | None:
+        """``fairness.share_state`` of a new request of ``key`` on ``cluster``'s slots."""
+        demand: dict[str, float] = dict(self._inflight.get(cluster, {}))
+        for name, waiting in self.queue.waiting_by_key(cluster).items():
+            demand[name] = demand.get(name, 0) + waiting
+        weights = {name: self._key(settings, name).weight for name in demand}
+        weights.setdefault(key, self._key(settings, key).weight)
+        capacity = sum(load.slots for load in self._loads(cluster))
+        return share_state(key, demand, weights, capacity)
 
     def now(self, ask: Ask) -> Judgement:
         """:meth:`judge`, acting on it: the waiters an admission makes room for are released, and a
@@ -189,17 +222,23 @@ class AdmissionGate:
             return decision
         weight = self._key(self._settings(), ask.key).weight
         ticket = self.queue.enqueue(
-            ask.cluster, ask.key, ttl_s=decision.ttl_s, priority=judgement.priority, weight=weight
+            ask.cluster, ask.key, ttl_s=decision.ttl_s, priority=judgement.priority, weight=weight,
+            spill_after_s=decision.spill_after_s,
         )
-        outcome = await self.queue.wait(ticket)
-        waited = ticket.waited_s or 0.0
-        if outcome is Outcome.ADMITTED:
-            decision = dataclasses.replace(decision, action=Action.ADMIT, queued_s=waited)
-        else:
+        while True:
+            outcome = await self.queue.wait(ticket)
+            waited = ticket.waited_s or 0.0
+            if outcome is Outcome.ADMITTED:
+                decision = dataclasses.replace(decision, action=Action.ADMIT, queued_s=waited)
+                break
             again = self.judge(ask, queue_room="capacity").decision
+            if outcome is Outcome.SPILL_DUE and again.action is not Action.SPILL:
+                self.queue.requeue(ticket)  # the latest spill time passed with nowhere to spill: wait on
+                continue
             if again.action is Action.QUEUE:  # cannot happen with queue_room set; never wait twice
                 again = dataclasses.replace(again, action=Action.SHED, reason="shed_capacity", retry_after_s=1)
             decision = dataclasses.replace(again, queued_s=waited)
+            break
         if self.metrics is not None:
             self.metrics.queue_wait.labels(ask.cluster, PRIORITIES[judgement.priority]).observe(waited)
         self._count(decision, judgement.priority, ask.key)
@@ -209,16 +248,33 @@ class AdmissionGate:
         metrics = self.metrics
         if metrics is None:
             return
+        if decision.reason == "free":  # the hot path: plain ints, exported at scrape time
+            metrics.count_free(decision.cluster, key)
+            return
         metrics.decisions.labels(decision.cluster, decision.action.value, decision.reason).inc()
         if decision.action is Action.ADMIT:
             metrics.count_admitted(decision.cluster, key)
 
-    def lease(self, cluster: str) -> Lease:
-        """The admitted request's :class:`Lease` on ``cluster`` (held by its director while it forwards)."""
-        return Lease(self, cluster)
+    def lease(self, cluster: str, key: str = "") -> Lease:
+        """The admitted request's :class:`Lease` on ``cluster`` (held by its director while it forwards);
+        ``key``: the client key's name (its in-flight count on the cluster, for fair shares)."""
+        held = self._inflight.get(cluster)
+        if held is None:
+            held = self._inflight[cluster] = {}
+        held[key] = held.get(key, 0) + 1
+        return Lease(self, cluster, key)
 
-    def finished(self, cluster: str) -> None:
-        """A request on ``cluster`` released its in-flight slot: hand the slot to the next waiter."""
+    def inflight(self, cluster: str) -> dict[str, int]:
+        """Leases not yet returned on ``cluster`` per key name."""
+        return dict(self._inflight.get(cluster, {}))
+
+    def finished(self, cluster: str, key: str = "") -> None:
+        """A request of ``key`` on ``cluster`` released its in-flight slot: hand the slot to the next waiter."""
+        held = self._inflight.get(cluster)
+        if held is not None and key in held:
+            held[key] -= 1
+            if not held[key]:
+                del held[key]
         if self.queue.depth(cluster):
             self.queue.release(cluster)
 
@@ -233,10 +289,10 @@ class Lease:
     succeeded, failed over, errored or was cancelled, however many attempts it made.
     """
 
-    __slots__ = ("_gate", "cluster", "_holders")
+    __slots__ = ("_gate", "cluster", "key", "_holders")
 
-    def __init__(self, gate: AdmissionGate, cluster: str) -> None:
-        self._gate, self.cluster, self._holders = gate, cluster, 1
+    def __init__(self, gate: AdmissionGate, cluster: str, key: str = "") -> None:
+        self._gate, self.cluster, self.key, self._holders = gate, cluster, key, 1
 
     @property
     def returned(self) -> bool:
@@ -254,4 +310,4 @@ class Lease:
             return
         self._holders -= 1
         if not self._holders:
-            self._gate.finished(self.cluster)
+            self._gate.finished(self.cluster, self.key)

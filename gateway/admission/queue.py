@@ -20,7 +20,11 @@ queues), so the gateway decides who goes next:
   slot was handed to it by :meth:`AdmissionQueue.release`), ``timed_out`` (its TTL, the route's
   wait limit, passed), ``evicted`` (the queue was full and a waiter of higher priority came:
   lowest priority is shed first), or ``cancelled`` (its client left: removed at once; a slot
-  handed to it in the same instant goes to the next waiter);
+  handed to it in the same instant goes to the next waiter). A waiter given a ``spill_after_s``
+  (its latest spill time) also leaves with ``spill_due`` when that passes first, so its caller
+  can spill it while a spill still makes the deadline; one that cannot spill then goes back in
+  its place with :meth:`AdmissionQueue.requeue` (same tags, same deadline) and later leaves in
+  one of the four ways;
 * **bounded**: at most ``max_depth`` waiters per cluster and ``max_per_key`` per key;
   :meth:`AdmissionQueue.enqueue` raises :class:`QueueFull` beyond them.
 
@@ -48,6 +52,7 @@ class Outcome(enum.Enum):
     TIMED_OUT = "timed_out"
     EVICTED = "evicted"
     CANCELLED = "cancelled"
+    SPILL_DUE = "spill_due"
 
 
 class QueueFull(Exception):
@@ -60,7 +65,8 @@ class QueueFull(Exception):
 
 @dataclass(eq=False, slots=True)
 class Ticket:
-    """One waiter. ``start``/``finish`` are its SFQ tags; times are the queue clock's seconds."""
+    """One waiter. ``start``/``finish`` are its SFQ tags; times are the queue clock's seconds
+    (``spill_at``: its latest spill time, None when it has none or it passed)."""
 
     cluster: str
     key: str
@@ -73,6 +79,7 @@ class Ticket:
     seq: int
     outcome: Outcome = Outcome.WAITING
     left_at: float | None = None
+    spill_at: float | None = None
     future: asyncio.Future[Outcome] | None = field(default=None, repr=False)
 
     @property
@@ -119,6 +126,7 @@ class AdmissionQueue:
         self._bands: dict[tuple[str, int], _Band] = {}
         self._depth: dict[str, int] = {}
         self._per_key: dict[str, int] = {}
+        self._keyed: dict[tuple[str, str], int] = {}  # (cluster, key) -> waiters
         self._deadlines: list[tuple[float, int, Ticket]] = []
         self._armed_at: float | None = None
         self._seq = itertools.count()
@@ -156,6 +164,10 @@ class AdmissionQueue:
         """Waiters of ``key`` on every cluster."""
         return self._per_key.get(key, 0)
 
+    def waiting_by_key(self, cluster: str) -> dict[str, int]:
+        """Waiters on ``cluster`` per key name (keys with none are absent)."""
+        return {key: count for (name, key), count in self._keyed.items() if name == cluster and count}
+
     def room(self, cluster: str, key: str, priority: int = 0) -> str | None:
         """None if :meth:`enqueue` would take a waiter, else why not (``key_limit`` or ``capacity``)."""
         if self.max_per_key is not None and self._per_key.get(key, 0) >= self.max_per_key:
@@ -173,9 +185,11 @@ class AdmissionQueue:
     # -- entering -------------------------------------------------------------------------------
 
     def enqueue(
-        self, cluster: str, key: str, *, ttl_s: float, priority: int = 0, weight: float = 1.0, cost: float = 1.0
+        self, cluster: str, key: str, *, ttl_s: float, priority: int = 0, weight: float = 1.0, cost: float = 1.0,
+        spill_after_s: float | None = None,
     ) -> Ticket:
         """Put a waiter on ``cluster``'s queue for at most ``ttl_s`` seconds; then ``await wait(ticket)``.
+        ``spill_after_s`` (< ``ttl_s``): it leaves with ``spill_due`` then, unless it left before.
 
         Raises:
             QueueFull: ``key_limit`` when ``key`` has ``max_per_key`` waiters; ``capacity`` when
@@ -194,13 +208,33 @@ class AdmissionQueue:
         finish = start + cost / weight
         band.finish[key] = finish
         ticket = Ticket(cluster, key, priority, weight, now, now + ttl_s, start, finish, next(self._seq))
-        heapq.heappush(band.heap, (start, ticket.seq, ticket))
+        if spill_after_s is not None and spill_after_s < ttl_s:
+            ticket.spill_at = now + max(0.0, spill_after_s)
+            heapq.heappush(self._deadlines, (ticket.spill_at, ticket.seq, ticket))
+        self._join(ticket, band)
+        return ticket
+
+    def requeue(self, ticket: Ticket) -> None:
+        """Put a ticket that left with ``spill_due`` back in its place (its SFQ tags), until its deadline;
+        then ``await wait(ticket)`` again. The depth bounds are not checked (it held the place already)."""
+        if ticket.outcome is not Outcome.SPILL_DUE:
+            raise ValueError(f"only a spill_due ticket goes back: {ticket.outcome.value}")
+        band = self._bands.get((ticket.cluster, ticket.priority))
+        if band is None:
+            band = self._bands[(ticket.cluster, ticket.priority)] = _Band()
+        band.finish[ticket.key] = max(band.finish.get(ticket.key, ticket.finish), ticket.finish)
+        ticket.outcome, ticket.left_at, ticket.future = Outcome.WAITING, None, None
+        self._join(ticket, band)
+
+    def _join(self, ticket: Ticket, band: _Band) -> None:
+        heapq.heappush(band.heap, (ticket.start, ticket.seq, ticket))
         band.live += 1
+        cluster, key = ticket.cluster, ticket.key
         self._depth[cluster] = self._depth.get(cluster, 0) + 1
         self._per_key[key] = self._per_key.get(key, 0) + 1
+        self._keyed[(cluster, key)] = self._keyed.get((cluster, key), 0) + 1
         heapq.heappush(self._deadlines, (ticket.deadline, ticket.seq, ticket))
         self._arm()
-        return ticket
 
     def _evict_below(self, cluster: str, priority: int) -> None:
         """Evict the newest waiter of the lowest priority below ``priority`` on ``cluster`` (one exists)."""
@@ -257,14 +291,22 @@ class AdmissionQueue:
         return None
 
     def expire(self) -> list[Ticket]:
-        """Time out every waiter whose TTL has passed by the clock; the tickets timed out."""
-        now = self._clock()
+        """Time out every waiter whose TTL has passed by the clock, and let go (``spill_due``) every one
+        whose latest spill time has; the tickets that left."""
+        now = self._clock() + 1e-9
         expired = []
-        while self._deadlines and self._deadlines[0][0] <= now + 1e-9:
+        while self._deadlines and self._deadlines[0][0] <= now:
             _, _, ticket = heapq.heappop(self._deadlines)
-            if ticket.outcome is Outcome.WAITING:
+            if ticket.outcome is not Outcome.WAITING:
+                continue
+            if ticket.deadline <= now:
                 self._leave(ticket, Outcome.TIMED_OUT)
-                expired.append(ticket)
+            elif ticket.spill_at is not None and ticket.spill_at <= now:
+                ticket.spill_at = None
+                self._leave(ticket, Outcome.SPILL_DUE)
+            else:
+                continue
+            expired.append(ticket)
         return expired
 
     def _leave(self, ticket: Ticket, outcome: Outcome) -> None:
@@ -279,6 +321,10 @@ class AdmissionQueue:
         self._per_key[ticket.key] -= 1
         if not self._per_key[ticket.key]:
             del self._per_key[ticket.key]
+        pair = (ticket.cluster, ticket.key)
+        self._keyed[pair] -= 1
+        if not self._keyed[pair]:
+            del self._keyed[pair]
         future = ticket.future
         if future is not None and not future.done():
             future.set_result(outcome)

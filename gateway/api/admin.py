@@ -59,6 +59,7 @@ router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(requir
 def _latencies(container: Any) -> dict[str, tuple[float, float]]:
     """Endpoint name -> (answered requests, mean E2E seconds) from this replica's histogram."""
     totals: dict[str, list[float]] = {}
+    container.metrics.tally.flush()  # the close-out's pending observations (observability/tally.py)
     for family in container.metrics.endpoint_duration.collect():
         for sample in family.samples:
             if sample.name.endswith(("_count", "_sum")):

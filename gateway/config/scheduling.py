@@ -6,8 +6,9 @@ Imported by ``gateway/config/settings.py``; every key is documented in ``config.
 scorers and one picker). A profile refers to each plugin by **name**: a plugin declared in
 ``[[routing.plugins]]`` (``type``, ``name``, ``params``: llm-d's ``TypedName`` plus parameters), or
 a registered plugin type used directly with its default parameters (``scheduling/registry.py``).
-Built-in profiles: ``prefix-aware`` (the default), ``least-in-flight`` and ``round-robin`` (the
-basic policies: the same framework, fewer plugins); a profile of the same name in the config
+Built-in profiles: ``prefix-aware`` (the default), ``prefix-precise`` (precise mode: the
+``tokenize`` producer and the ``precise-prefix`` scorer, with ``[routing.kv_events]`` on),
+``least-in-flight`` and ``round-robin`` (the basic policies: the same framework, fewer plugins); a profile of the same name in the config
 replaces one. Plugin types, kinds and parameters are checked against the registry when the app is
 built (a :class:`~gateway.config.settings.ConfigError` naming the bad one); names here.
 """
@@ -81,6 +82,14 @@ BUILTIN_PROFILES: dict[str, ProfileSettings] = {
     # rotating order, load ignored
     "round-robin": ProfileSettings(producers=[], filters=[], scorers={}, picker="rotating", closed_loop=False),
     "prefix-aware": ProfileSettings(),
+    # precise mode: exact matches from vLLM's KV events (routing.kv_events), the byte-block index as fallback
+    "prefix-precise": ProfileSettings(
+        producers=["state", "tokenize"],
+        scorers={
+            "precise-prefix": 3.0, "session": 1.0, "in-flight": 1.0, "queue": 1.0, "kv-usage": 0.5,
+            "assignments": 0.5, "prefill": 1.0,
+        },
+    ),
 }
 
 
@@ -140,14 +149,31 @@ class ScrapeSettings(_Section):
 class KvEventsSettings(_Section):
     """Precise mode: vLLM KV-cache events over ZMQ (managed workers). See scheduling/kv_events.py."""
 
-    enabled: bool = Field(False, description="Subscribe to managed workers' KV events (needs pyzmq, msgspec).")
+    enabled: bool = Field(
+        False, description="Subscribe to workers' KV events and start managed workers with --kv-events-config "
+        "(needs the optional extra precise: pyzmq, msgspec).",
+    )
     bind: str = Field("tcp://127.0.0.1:5557", description="ZMQ address the gateway binds; workers connect to it.")
+
+    @field_validator("bind")
+    @classmethod
+    def _tcp(cls, value: str) -> str:
+        if not value.startswith(("tcp://", "ipc://")):
+            raise ValueError(f"must be a tcp:// or ipc:// ZMQ address, got {value!r}")
+        return value
+
+    @property
+    def connect(self) -> str:
+        """The address a local worker connects to (a wildcard bind becomes loopback)."""
+        return self.bind.replace("://*:", "://127.0.0.1:").replace("://0.0.0.0:", "://127.0.0.1:")
 
 
 class RoutingSettings(_Section):
     """How an endpoint is chosen inside a cluster (the scheduling seam; see gateway/scheduling/)."""
 
-    policy: str = Field("prefix-aware", description="A profile name (built-in: prefix-aware, least-in-flight, round-robin).")
+    policy: str = Field(
+        "prefix-aware", description="A profile name (built-in: prefix-aware, prefix-precise, least-in-flight, round-robin).",
+    )
     plugins: list[PluginSettings] = Field(default_factory=list, description="Declared plugins (type, name, params).")
     profiles: dict[str, ProfileSettings] = Field(default_factory=dict, description="Profiles by name.")
     producer_deadline_ms: float = Field(

@@ -10,7 +10,10 @@ OpenTelemetry GenAI names of the figures (Prometheus keeps kvgate's names and la
     ``kvgate_time_per_output_token_seconds`` ~ ``gen_ai.server.time_per_output_token`` (ITL);
     ``kvgate_tokens_total{kind}`` ~ ``gen_ai.client.token.usage`` (``gen_ai.token.type`` input /
     output; ``cached`` = ``gen_ai.usage.cache_read.input_tokens``);
-    ``kvgate_request_errors_total{error_type}`` carries ``error.type``.
+    ``kvgate_request_errors_total{error_type}`` carries ``error.type``;
+    ``kvgate_api_requests_total{api, model, outcome}`` ~ ``gen_ai.operation.name`` (``chat``, ``completions``,
+    ``responses``, ``messages``, ``embeddings``, ...: ``gateway/protocol/apis.py``; a counter of its own, so the
+    label sets of ``kvgate_requests_total`` and the dashboards over it stay as they were).
 
 Request outcomes (label ``outcome``):
     ``success``: the endpoint answered 2xx and, for streams, finished without an in-band error.
@@ -69,6 +72,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metr
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gateway.observability.tally import Tally
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
@@ -85,51 +90,40 @@ class GatewayMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.tally = Tally(self.registry, direct=bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR")))  # observability/tally.py
         self._scrape_collectors: list[Collector] = []
+        self.before_scrape: list[Callable[[], None]] = []  # run before each exposition (plain-int tallies flush)
         r = self.registry
         self.requests = Counter(
-            "kvgate_requests",
-            "Inference requests by public model, cluster, endpoint and outcome.",
-            ["model", "cluster", "endpoint", "outcome"],
-            registry=r,
+            "kvgate_requests", "Inference requests by public model, cluster, endpoint and outcome.",
+            ["model", "cluster", "endpoint", "outcome"], registry=r,
         )
         self.request_duration = Histogram(
-            "kvgate_request_duration_seconds",
-            "E2E latency of inference requests as the gateway saw it, seconds.",
-            ["model", "cluster"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            "kvgate_request_duration_seconds", "E2E latency of inference requests as the gateway saw it, seconds.",
+            ["model", "cluster"], buckets=_LATENCY_BUCKETS, registry=r,
         )
         self.ttft = Histogram(
-            "kvgate_time_to_first_token_seconds",
-            "Time from request arrival to the first streamed token, seconds.",
-            ["model", "cluster"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            "kvgate_time_to_first_token_seconds", "Time from request arrival to the first streamed token, seconds.",
+            ["model", "cluster"], buckets=_LATENCY_BUCKETS, registry=r,
         )
         self.tokens = Counter(
-            "kvgate_tokens",
-            "Tokens by kind: prompt, cached (prompt tokens served from the prefix cache), completion.",
-            ["model", "cluster", "kind"],
-            registry=r,
+            "kvgate_tokens", "Tokens by kind: prompt, cached (prompt tokens served from the prefix cache), completion.",
+            ["model", "cluster", "kind"], registry=r,
         )
         self.upstream_failures = Counter(
-            "kvgate_upstream_failures",
-            "Failed attempts against an endpoint, by reason.",
-            ["endpoint", "reason"],
+            "kvgate_upstream_failures", "Failed attempts against an endpoint, by reason.", ["endpoint", "reason"], registry=r
+        )
+        self.api_requests = Counter(
+            "kvgate_api_requests", "Inference requests by API, public model and outcome.", ["api", "model", "outcome"],
             registry=r,
         )
         self.failovers = Counter(
-            "kvgate_failovers",
-            "Requests that moved from one cluster of their route to the next, before the first byte.",
-            ["from_cluster", "to_cluster"],
-            registry=r,
+            "kvgate_failovers", "Requests that moved from one cluster of their route to the next, before the first byte.",
+            ["from_cluster", "to_cluster"], registry=r,
         )
         self.continuations = Counter(
             "kvgate_stream_continuations",
-            "Streams broken after content was sent and continued on another endpoint of the cluster.",
-            ["cluster"],
-            registry=r,
+            "Streams broken after content was sent and continued on another endpoint of the cluster.", ["cluster"], registry=r,
         )
         self.in_flight = Gauge(
             "kvgate_endpoint_in_flight",
@@ -169,11 +163,8 @@ class GatewayMetrics:
             registry=r,
         )
         self.endpoint_duration = Histogram(
-            "kvgate_endpoint_request_duration_seconds",
-            "E2E latency of successful requests by the endpoint that answered, seconds.",
-            ["endpoint"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            "kvgate_endpoint_request_duration_seconds", "E2E latency of successful requests by the endpoint that answered, seconds.",
+            ["endpoint"], buckets=_LATENCY_BUCKETS, registry=r,
         )
         self.cost = Counter(
             "kvgate_cost_usd", "Cost of answered requests at the cluster's prices, USD.", ["model", "cluster"], registry=r
@@ -214,6 +205,8 @@ class GatewayMetrics:
         combined by prometheus_client's ``MultiProcessCollector`` (counters and histograms summed,
         gauges per their ``multiprocess_mode``), plus this process's scrape-time collectors.
         """
+        for flush in self.before_scrape:
+            flush()
         directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
         if not directory:
             return generate_latest(self.registry)
@@ -222,7 +215,6 @@ class GatewayMetrics:
         for collector in self._scrape_collectors:
             combined.register(collector)
         return generate_latest(combined)
-
 
     # ---- event-loop lag (issue 23, long prompts; gateway/observability/loop_lag.py sets them) ----
 
@@ -394,24 +386,39 @@ class AdmissionMetrics:
         self.queue_wait = Histogram(
             "kvgate_admission_queue_wait_seconds",
             "Time a request waited in the gateway's admission queue, by cluster and priority, seconds.",
-            ["cluster", "priority"],
-            buckets=_QUEUE_WAIT_BUCKETS,
-            registry=registry,
+            ["cluster", "priority"], buckets=_QUEUE_WAIT_BUCKETS, registry=registry,
         )
         self.admitted = Counter(
             "kvgate_admission_admitted", "Requests admitted (at once or after queueing) by cluster and key name.",
             ["cluster", "key"], registry=registry,
         )
         self._admitted: dict[tuple[str, str], int] = {}  # (cluster, key) -> admitted, for the share gauge
+        self._free: dict[tuple[str, str], int] = {}  # (cluster, key) -> free admissions not yet in the counters
+        self._pending = 0
         for instrument in (self.decisions, self.queue_wait, self.admitted):
             cache_children(instrument)
 
-    def count_admitted(self, cluster: str, key: str) -> None:
-        """One request of ``key`` admitted on ``cluster`` (the counter and the share's tally; keys bounded)."""
-        self.admitted.labels(cluster, key).inc()
+    def count_admitted(self, cluster: str, key: str, count: int = 1) -> None:
+        """``count`` requests of ``key`` admitted on ``cluster`` (the counter and the share's tally; keys bounded)."""
+        self.admitted.labels(cluster, key).inc(count)
         tally = self._admitted
         if (cluster, key) in tally or len(tally) < 10_000:
-            tally[(cluster, key)] = tally.get((cluster, key), 0) + 1
+            tally[(cluster, key)] = tally.get((cluster, key), 0) + count
+
+    def count_free(self, cluster: str, key: str) -> None:
+        """One request admitted at once (``reason=free``): a plain int, no prometheus_client call (the hot
+        path); :meth:`flush` (before each scrape, and every 4,096 here) adds it to the counters."""
+        self._free[(cluster, key)] = self._free.get((cluster, key), 0) + 1
+        self._pending += 1
+        if self._pending >= 4096:
+            self.flush()
+
+    def flush(self) -> None:
+        """Move the free admissions counted since the last flush into the counters and the share's tally."""
+        tally, self._free, self._pending = self._free, {}, 0
+        for (cluster, key), count in tally.items():
+            self.decisions.labels(cluster, "admit", "free").inc(count)
+            self.count_admitted(cluster, key, count)
 
     def watch_queue(self, depth: Callable[[str, int], int], clusters: Callable[[], Iterable[str]]) -> None:
         """Export ``depth(cluster, priority)`` for ``clusters()`` and the key shares at scrape time."""
@@ -419,23 +426,18 @@ class AdmissionMetrics:
 
 
 class _AdmissionCollector(Collector):
-    def __init__(
-        self, metrics: AdmissionMetrics, depth: Callable[[str, int], int], clusters: Callable[[], Iterable[str]]
-    ) -> None:
+    def __init__(self, metrics: AdmissionMetrics, depth: Callable[[str, int], int], clusters: Callable[[], Iterable[str]]):
         self._metrics, self._depth, self._clusters = metrics, depth, clusters
 
     def collect(self) -> Iterator[Metric]:
-        depth = GaugeMetricFamily(
-            "kvgate_admission_queue_depth", "Requests waiting in the gateway's admission queue now.",
-            labels=["cluster", "priority"],
-        )
+        depth = GaugeMetricFamily("kvgate_admission_queue_depth", "Requests waiting in the gateway's admission queue "
+                                  "now.", labels=["cluster", "priority"])
         for cluster in self._clusters():
             for index, priority in enumerate(self._metrics.priorities):
                 depth.add_metric([cluster, priority], float(self._depth(cluster, index)))
-        share = GaugeMetricFamily(
-            "kvgate_admission_key_share", "The key's share of the requests admitted on the cluster since start (0..1).",
-            labels=["cluster", "key"],
-        )
+        share = GaugeMetricFamily("kvgate_admission_key_share", "The key's share of the requests admitted on the "
+                                  "cluster since start (0..1).", labels=["cluster", "key"])
+        self._metrics.flush()
         tally = dict(self._metrics._admitted)
         totals: dict[str, int] = {}
         for (cluster, _), count in tally.items():

@@ -18,7 +18,8 @@ and every answer names the replica (:func:`replica_identity`) so an operator kno
 was. Field units: seconds for ``ttft_s``/``e2e_s`` (TTFT from the request's start to the first
 content token of a stream; None when not streamed), USD for ``cost_usd``, Unix seconds for ``at``,
 milliseconds for ``queue_ms`` (time waited in the admission queue, ``gateway/admission/``; 0 when
-admitted at once or admission is off).
+admitted at once or admission is off). ``api`` names the API (``chat``, ``completions``,
+``responses``, ``responses.retrieve``, ``messages``, ``embeddings``, ...: ``gateway/protocol/apis.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 FIELDS = (
     "at", "id", "key", "model", "route", "reason", "cluster", "endpoint", "attempts", "continuations",
     "prompt_tokens", "cached_tokens", "completion_tokens", "predicted_cached_tokens", "cost_usd",
-    "ttft_s", "e2e_s", "status", "outcome", "error", "queue_ms",
+    "ttft_s", "e2e_s", "status", "outcome", "error", "queue_ms", "api",
 )
 _CANCELLED_STATUS = 499  # the client left (nginx's convention; no answer was written)
 
@@ -70,7 +71,7 @@ class RequestLog:
             exchange.cluster, exchange.endpoint, exchange.attempts, exchange.continuations, tokens,
             getattr(decision, "predicted_cached", None), cost, exchange.started, exchange.first_token_at,
             exchange.ended_at, exchange.status, exchange.outcome, exchange.error_type,
-            getattr(exchange, "queued_s", 0.0),
+            getattr(exchange, "queued_s", 0.0), getattr(exchange, "api", "chat"),
             record() if record is not None else (None if decision is None else PlainDecision(decision.ranked)),
         ))
 
@@ -100,7 +101,7 @@ class RequestLog:
 def as_dict(entry: tuple[Any, ...]) -> dict[str, Any]:
     """One stored entry as JSON-ready data (:data:`FIELDS`; seconds rounded to microseconds, USD to 1e-9)."""
     (at, request_id, admission, model, route, selection, cluster, endpoint, attempts, continuations, tokens,
-     predicted, cost, started, first, ended, status, outcome, error, queued, _) = entry
+     predicted, cost, started, first, ended, status, outcome, error, queued, api, _) = entry
     return {
         "at": round(at, 3), "id": request_id, "key": admission.key.name if admission is not None else None,
         "model": model, "route": route, "reason": selection.reason if selection is not None else None,
@@ -111,7 +112,7 @@ def as_dict(entry: tuple[Any, ...]) -> dict[str, Any]:
         "predicted_cached_tokens": predicted, "cost_usd": round(cost, 9),
         "ttft_s": None if first is None else round(first - started, 6), "e2e_s": round(ended - started, 6),
         "status": _CANCELLED_STATUS if outcome == "cancelled" else status, "outcome": outcome, "error": error,
-        "queue_ms": round(queued * 1000.0, 3),
+        "queue_ms": round(queued * 1000.0, 3), "api": api,
     }
 
 

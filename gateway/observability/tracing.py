@@ -9,14 +9,16 @@ Spans follow the OpenTelemetry semantic conventions for HTTP and GenAI (semconv 
 
 * server span ``POST /v1/chat/completions`` (kind SERVER), parented on an incoming W3C
   ``traceparent``: ``http.request.method``, ``url.path``, ``http.response.status_code``,
-  ``gen_ai.operation.name`` (``chat`` / ``text_completion``), ``gen_ai.request.model``,
+  ``gen_ai.operation.name`` (``chat`` / ``text_completion``; another API's name from
+  ``gateway/protocol/apis.py``, e.g. ``responses``, ``embeddings``), ``kvgate.api``, ``gen_ai.request.model``,
   ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``,
   ``gen_ai.usage.cache_read.input_tokens``, ``gen_ai.response.finish_reasons``, ``error.type``,
   and kvgate's routing attributes ``kvgate.route``, ``kvgate.cluster``, ``kvgate.endpoint``,
   ``kvgate.attempts``, ``kvgate.cost_usd``, ``kvgate.key_id``, ``kvgate.request_id``.
 * client span ``chat SERVED_MODEL`` (kind CLIENT) per attempt, a child of the server span:
   ``gen_ai.provider.name`` (``openai`` for api.openai.com, else ``openai_compatible``),
-  ``gen_ai.request.model`` (the endpoint's served name), ``server.address``, ``server.port``,
+  ``gen_ai.request.model`` (the endpoint's served name), ``http.request.method`` (``POST``; ``GET`` /
+  ``DELETE`` for a stored response's retrieve and delete), ``server.address``, ``server.port``,
   ``http.response.status_code``, ``kvgate.cluster``, ``kvgate.endpoint``,
   ``kvgate.failover.hop`` (0 for the first attempt), ``kvgate.prefix.match_ratio`` (the
   prefix scorer's [0, 1] score for the endpoint, when the scheduler produced one), and on the
@@ -105,13 +107,17 @@ class RequestTrace:
 
     # -- client spans (called by TracedUpstream) ---------------------------------------------
 
-    def start_attempt(self, url: str, headers: Mapping[str, str]) -> dict[str, str]:
-        """Open the client span of a new attempt; the headers to send, with ``traceparent``."""
+    def start_attempt(self, url: str, headers: Mapping[str, str], method: str = "POST") -> dict[str, str]:
+        """Open the client span of a new attempt (``method``: its HTTP method); the headers to send,
+        with ``traceparent``. The operation is the path's (``chat``, ``text_completion``), else the
+        exchange's API name (``responses``, ``responses.retrieve``, ``embeddings``, ...)."""
         self.end_attempt(error="superseded")
         exchange = self.exchange
         parts = urlsplit(url)
+        operation = self.operation or (exchange.api if exchange is not None else None) or "chat"
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": self.operation or "chat",
+            "gen_ai.operation.name": operation,
+            "http.request.method": method,
             "gen_ai.provider.name": _provider_name(url),
             "server.address": parts.hostname or "",
             "server.port": parts.port or (443 if parts.scheme == "https" else 80),
@@ -166,7 +172,8 @@ class RequestTrace:
         self.end_attempt(error=(exchange.error_type or exchange.outcome) if failed else None, attributes=attributes)
         server = {
             **attributes,
-            "gen_ai.operation.name": self.operation or "chat",
+            "gen_ai.operation.name": self.operation or getattr(exchange, "api", None) or "chat",
+            "kvgate.api": getattr(exchange, "api", None) or "chat",
             "gen_ai.request.model": exchange.model,
             "kvgate.route": getattr(exchange, "route", "") or "",
             "kvgate.cluster": exchange.cluster,
@@ -260,18 +267,32 @@ class _TracedResponse:
 
 
 class TracedUpstream:
-    """Wraps an :class:`~gateway.upstream.client.Upstream`; used only while tracing is on."""
+    """Wraps an :class:`~gateway.upstream.client.Upstream`; used only while tracing is on. Every
+    upstream call of a traced request gets a client span: :meth:`post` (chat, completions and the
+    other APIs' POSTs) and :meth:`request` (``GET`` / ``DELETE`` of a stored response)."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str], *args: Any, **kwargs: Any) -> Any:
+        return await self._traced(self._inner.post, url, body, headers, *args, **kwargs)
+
+    async def request(self, method: str, url: str, body: bytes, headers: Mapping[str, str], *args: Any,
+                      **kwargs: Any) -> Any:
+        """As :meth:`post`, for another HTTP ``method`` (the client span carries ``http.request.method``)."""
+        async def call(url: str, body: bytes, headers: Mapping[str, str], *args: Any, **kwargs: Any) -> Any:
+            return await self._inner.request(method, url, body, headers, *args, **kwargs)
+
+        return await self._traced(call, url, body, headers, *args, method=method, **kwargs)
+
+    async def _traced(self, call: Any, url: str, body: bytes, headers: Mapping[str, str], *args: Any,
+                      method: str = "POST", **kwargs: Any) -> Any:
         request_trace = CURRENT.get()
         if request_trace is None:
-            return await self._inner.post(url, body, headers, *args, **kwargs)
-        headers = request_trace.start_attempt(url, headers)
+            return await call(url, body, headers, *args, **kwargs)
+        headers = request_trace.start_attempt(url, headers, method)
         try:
-            response = await self._inner.post(url, body, headers, *args, **kwargs)
+            response = await call(url, body, headers, *args, **kwargs)
         except GatewayError as error:
             request_trace.end_attempt(error=error.code or "upstream_error")
             raise

@@ -23,6 +23,13 @@ is parsed inline, once (so a bug raises inline, as it would have).
 
 Nothing is shared with the worker but the bytes: the returned body is a fresh object owned by the
 loop's thread, exactly as ``orjson.loads`` would have made it.
+
+The other APIs' bodies (Responses, Messages and count_tokens, embeddings, rerank, score: the rows
+of :mod:`gateway.protocol.apis` that parse a body) go the same way through
+:meth:`ParseOffload.parse_api`: the worker runs the row's own ``parse`` and sends back the
+:class:`~gateway.protocol.api_request.ApiRequest` without its ``raw`` bytes (the loop has them:
+they are put back, on the request and on its chat-shaped ``prompt``), so a large body crosses
+the pipe once each way, as for chat.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import InvalidRequestError
+from gateway.protocol.api_request import ApiRequest
+from gateway.protocol.apis import APIS, BY_NAME
 from gateway.protocol.openai import InferenceRequest, Operation, parse_request
 
 DEFAULT_INLINE_LIMIT = 1024 * 1024
@@ -44,20 +53,35 @@ DEFAULT_INLINE_LIMIT = 1024 * 1024
 
 
 def parse_remote(operation: str, raw: bytes) -> tuple[Any, ...]:
-    """The worker's half: ``("ok", model, stream, body)`` or ``("error", message, param, code)``.
+    """The worker's half: ``("ok", model, stream, body)`` or ``("error", message, param, code)``;
+    for another API, ``("api", request)`` (its :class:`ApiRequest` with ``raw`` emptied).
 
-    ``operation``: an :class:`Operation`'s value (a path). Runs ``parse_request``; only an
-    ``InvalidRequestError`` is turned into a tuple (anything else is a bug and propagates).
+    ``operation``: an :class:`Operation`'s value (a path), or an API's name (:data:`BODY_APIS`).
+    Runs ``parse_request`` (or the row's ``parse``); only an ``InvalidRequestError`` is turned
+    into a tuple (anything else is a bug and propagates).
     """
     try:
+        if operation in BODY_APIS:
+            parsed = BY_NAME[operation].parse(raw, None)
+            assert isinstance(parsed, ApiRequest)
+            parsed.raw = b""  # the loop holds the bytes: never sent back
+            if parsed.prompt is not None:
+                parsed.prompt.raw = b""
+            return ("api", parsed)
         request = parse_request(Operation(operation), raw)
     except InvalidRequestError as error:
         return ("error", error.message, error.param, error.__dict__.get("code"))
     return ("ok", request.model, request.stream, request.body)
 
 
-_HEADER = struct.Struct("<BQ")  # operation index, payload length
+BODY_APIS: tuple[str, ...] = tuple(
+    api.name for api in APIS if api.name not in ("chat", "completions") and not any("{id}" in p for p in api.paths)
+)
+"""The other APIs whose body is parsed (Responses, Messages, count_tokens, embeddings, rerank, score)."""
+
+_HEADER = struct.Struct("<BQ")  # target index, payload length
 _OPERATIONS = list(Operation)
+_TARGETS: list[str] = [operation.value for operation in _OPERATIONS] + list(BODY_APIS)
 CHUNK = 256 * 1024
 """Bytes moved per loop step to or from a worker (the loop runs other callbacks in between)."""
 
@@ -73,10 +97,10 @@ class _Worker:
     def alive(self) -> bool:
         return self.process.returncode is None
 
-    async def ask(self, operation: Operation, raw: bytes) -> tuple[Any, ...]:
+    async def ask(self, target: str, raw: bytes) -> tuple[Any, ...]:
         stdin, stdout = self.process.stdin, self.process.stdout
         assert stdin is not None and stdout is not None
-        stdin.write(_HEADER.pack(_OPERATIONS.index(operation), len(raw)))
+        stdin.write(_HEADER.pack(_TARGETS.index(target), len(raw)))
         view = memoryview(raw)
         for offset in range(0, len(raw), CHUNK):
             stdin.write(view[offset : offset + CHUNK])
@@ -146,6 +170,31 @@ class ParseOffload:
     async def parse(self, operation: Operation, raw: bytes) -> InferenceRequest:
         """What ``parse_request(operation, raw)`` returns or raises, parsed in a worker whatever
         the size (:func:`parse_request_async` decides by size)."""
+        answer = await self._ask(operation.value, raw)
+        if answer is None:
+            return parse_request(operation, raw)  # the worker died: this body inline
+        return _request_of(operation, raw, answer)
+
+    async def parse_api(self, api: str, raw: bytes) -> ApiRequest:
+        """What the row ``api`` of :data:`BODY_APIS` parses from ``raw`` (its ``ApiRequest`` or its
+        ``InvalidRequestError``), parsed in a worker whatever the size (the director decides by size)."""
+        answer = await self._ask(api, raw)
+        if answer is None:
+            parsed = BY_NAME[api].parse(raw, None)  # the worker died: this body inline
+            assert isinstance(parsed, ApiRequest)
+            return parsed
+        if answer[0] == "error":
+            _, message, param, code = answer
+            raise InvalidRequestError(message, param=param, code=code)
+        request: ApiRequest = answer[1]
+        request.raw = raw
+        if request.prompt is not None:
+            request.prompt.raw = raw
+        return request
+
+    async def _ask(self, target: str, raw: bytes) -> tuple[Any, ...] | None:
+        """The worker's answer for ``target`` (an operation's path or an API's name), or None when
+        the worker died (the caller parses inline)."""
         index = self._next
         self._next = (index + 1) % self.workers
         worker = self._pool[index]
@@ -156,7 +205,7 @@ class ParseOffload:
                     worker = self._pool[index] = await self._spawn()
         async with worker.lock:
             try:
-                answer = await worker.ask(operation, raw)
+                return await worker.ask(target, raw)
             except BaseException as error:
                 worker.kill()  # half a frame may be in the pipe: this worker is done
                 if self._pool[index] is worker:
@@ -165,9 +214,8 @@ class ParseOffload:
                 self._reaping.add(reaper)
                 reaper.add_done_callback(self._reaping.discard)
                 if isinstance(error, (OSError, EOFError, asyncio.IncompleteReadError, pickle.UnpicklingError)):
-                    return parse_request(operation, raw)  # the worker died: this body inline
+                    return None
                 raise
-        return _request_of(operation, raw, answer)
 
 
 def _request_of(operation: Operation, raw: bytes, answer: tuple[Any, ...]) -> InferenceRequest:
@@ -205,11 +253,11 @@ def serve(stdin: Any = None, stdout: Any = None) -> None:
         header = stdin.read(_HEADER.size)
         if len(header) < _HEADER.size:
             return
-        operation, size = _HEADER.unpack(header)
+        target, size = _HEADER.unpack(header)
         raw = stdin.read(size)
         if len(raw) < size:
             return
-        answer = pickle.dumps(parse_remote(_OPERATIONS[operation].value, raw), protocol=5)
+        answer = pickle.dumps(parse_remote(_TARGETS[target], raw), protocol=5)
         stdout.write(_HEADER.pack(0, len(answer)))
         stdout.write(answer)
         stdout.flush()

@@ -16,16 +16,20 @@ vLLM's own block hashes (sha256 over pickled tokens, seeded by a per-process ran
 block by its tokens, chained like vLLM's, and keeps per worker the exact set of
 token-chain hashes plus a map from vLLM's hash to it (for ``BlockRemoved``, which names only
 vLLM hashes). :meth:`KvBlockSets.match` then answers exactly how many leading tokens of a
-tokenized prompt a worker holds. Sets are bounded by the worker's reported capacity
-(``max_blocks``): the engine reports every eviction, so they track it; the cap guards against lost
-events.
+tokenized prompt a worker holds. The engine reports every eviction, so the sets track its
+capacity; ``max_blocks`` (1M blocks per worker) only guards against lost events.
 
-What is wired and what is a seam: the pure core below is tested; the ZMQ subscriber
-(:class:`KvEventSubscriber`) needs ``pyzmq`` and ``msgpack``, which are not gateway
-dependencies (install them to enable ``routing.kv_events``). Scoring with exact sets needs the
-prompt's token ids at routing time (a ``tokenize`` producer calling the worker's ``/tokenize``
-under the producer deadline); the default profile uses the byte-block index plus the closed loop
-instead, which needs no tokenizer on the request path.
+**Order and loss.** vLLM numbers each batch (``seq``, from 0 per publisher process).
+:meth:`KvBlockSets.apply_batch` keeps the last ``seq`` per worker: a batch that does not follow
+it clears that worker's set first, a gap (``seq > last + 1``: batches lost, e.g. past the ZMQ
+high-water mark) as well as a restart (``seq <= last``: a new engine, whose cache is empty). A cleared
+set under-claims (the engine still holds blocks the set forgot; they return as they are stored
+again) and never claims a block the engine dropped. The scraper's restart detection (new
+``process_start_time_seconds``) clears it too (``scheduling/service.py``).
+
+Wiring: :mod:`gateway.scheduling.kv_subscriber` (the ZMQ socket, optional extra ``precise``),
+the ``tokenize`` producer and the ``precise-prefix`` scorer (``scheduling/tokens.py``,
+``scorers/precise_prefix.py``), the built-in profile ``prefix-precise``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import xxhash
 
 log = logging.getLogger("kvgate.kv_events")
 
+_ENGINE_MEDIA = (None, "GPU")  # vLLM's MEDIUM_GPU is the engine's own cache, on vLLM-CPU too
 ROOT = 0x6B76_6761_7465  # seed of a chain without a parent ("kvgate")
 
 
@@ -61,6 +66,28 @@ class KvBlockSets:
         self._max_blocks = max_blocks
         self._by_vllm: dict[str, dict[Any, int]] = {}
         self._blocks: dict[str, set[int]] = {}
+        self._seq: dict[str, int] = {}
+        self._block_size: dict[str, int] = {}
+
+    def apply_batch(self, worker: str, seq: int, events: Iterable[Any]) -> str | None:
+        """Apply batch number ``seq`` of ``worker``; returns ``"gap"`` or ``"restart"`` when the
+        worker's set was cleared first because ``seq`` does not follow the last one, else None."""
+        last = self._seq.get(worker)
+        outcome = None
+        if last is not None and seq != last + 1:
+            outcome = "gap" if seq > last else "restart"
+            self.clear(worker)
+        self._seq[worker] = seq
+        self.apply(worker, events)
+        return outcome
+
+    def known(self, worker: str) -> bool:
+        """Whether ``worker`` ever published a batch (else its set says nothing: fall back)."""
+        return worker in self._seq
+
+    def block_size(self, worker: str) -> int | None:
+        """The engine's block size in tokens, as its last ``BlockStored`` said; None before one."""
+        return self._block_size.get(worker)
 
     def apply(self, worker: str, events: Iterable[Any]) -> None:
         """Apply one batch of events (in order) from ``worker``."""
@@ -71,6 +98,8 @@ class KvBlockSets:
                 handler(self, worker, event)
 
     def _stored(self, worker: str, event: Any) -> None:
+        if _field(event, "medium", 6) not in _ENGINE_MEDIA:
+            return  # an offloading tier's copy (CPU, storage): not what the engine's prefix cache hits
         hashes = _field(event, "block_hashes", 1) or []
         parent_vllm = _field(event, "parent_block_hash", 2)
         tokens = _field(event, "token_ids", 3) or []
@@ -80,6 +109,7 @@ class KvBlockSets:
         parent = ROOT if parent_vllm is None else by_vllm.get(parent_vllm)
         if parent is None or size <= 0:
             return  # parent unknown (events lost or subscribed late): cannot chain
+        self._block_size[worker] = size
         for index, vllm_hash in enumerate(hashes):
             chunk = tokens[index * size : (index + 1) * size]
             if len(chunk) < size:
@@ -92,6 +122,8 @@ class KvBlockSets:
             log.warning("KV block set of %s exceeded %d blocks; cleared", worker, self._max_blocks)
 
     def _removed(self, worker: str, event: Any) -> None:
+        if _field(event, "medium", 2) not in _ENGINE_MEDIA:
+            return
         by_vllm = self._by_vllm.get(worker, {})
         blocks = self._blocks.get(worker, set())
         for vllm_hash in _field(event, "block_hashes", 1) or []:
@@ -113,10 +145,12 @@ class KvBlockSets:
     def size(self, worker: str) -> int:
         return len(self._blocks.get(worker, ()))
 
-    def match(self, worker: str, tokens: Sequence[int], block_size: int) -> int:
-        """Leading tokens of ``tokens`` the worker holds, in whole blocks (exact)."""
+    def match(self, worker: str, tokens: Sequence[int], block_size: int | None = None) -> int:
+        """Leading tokens of ``tokens`` the worker holds, in whole blocks (exact); ``block_size``
+        defaults to the one the worker reported."""
         blocks = self._blocks.get(worker)
-        if not blocks:
+        block_size = block_size or self._block_size.get(worker)
+        if not blocks or not block_size:
             return 0
         parent, held = ROOT, 0
         for start in range(0, len(tokens) - block_size + 1, block_size):
@@ -125,34 +159,3 @@ class KvBlockSets:
                 break
             held += block_size
         return held
-
-
-class KvEventSubscriber:
-    """[io] Binds a ZMQ SUB socket, decodes vLLM event batches into :class:`KvBlockSets`.
-
-    ``workers`` maps a publishing worker's topic to its endpoint name (start each managed worker
-    with ``--kv-events-config`` whose ``topic`` is its endpoint name and whose ``endpoint`` is
-    ``routing.kv_events.bind``). Requires ``pyzmq`` and ``msgpack`` (imported on :meth:`run`).
-    """
-
-    def __init__(self, bind: str, sets: KvBlockSets) -> None:
-        self._bind = bind
-        self._sets = sets
-
-    async def run(self) -> None:  # pragma: no cover - needs pyzmq, msgpack and a worker
-        import msgpack  # type: ignore[import-not-found]
-        import zmq  # type: ignore[import-not-found]
-        import zmq.asyncio  # type: ignore[import-not-found]
-
-        context = zmq.asyncio.Context()
-        socket = context.socket(zmq.SUB)
-        socket.bind(self._bind)
-        socket.setsockopt(zmq.SUBSCRIBE, b"")
-        try:
-            while True:
-                topic, _seq, payload = await socket.recv_multipart()
-                batch = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-                self._sets.apply(topic.decode(), batch[1])
-        finally:
-            socket.close(0)
-            context.term()

@@ -14,7 +14,9 @@ observe do nothing, no breakdown), as their dedicated schedulers did. For one re
    only);
 3. runs the producers under the deadline (``scheduling/producers.py``); each answer lands in its
    typed field of :class:`~gateway.scheduling.types.Hints`, a missing one leaves its default;
-4. builds one :class:`~gateway.scheduling.types.Candidate` per routable endpoint: index match (or
+4. builds one :class:`~gateway.scheduling.types.Candidate` per routable endpoint (with, in precise
+   mode, the exact tokens its engine holds by its KV events: ``Hints.precise``, whose prompt
+   token count goes to ``Context.prompt_tokens``): index match (or
    the match with a prompt still being prefilled there, ``scheduling/prefill.py``, if longer) and
    affinity, cluster-wide in-flight (this replica live + other replicas from the store), engine
    stats unless stale, latency EWMA, recent assignments and prefill in flight from the closed loop;
@@ -158,15 +160,22 @@ class ProfileDecision(Decision):
         return {c.name: total + offset for c, total in zip(self._candidates, totals, strict=True)}
 
     def predicted(self, name: str) -> int:
+        """Cached tokens ``name`` should report: exact by its KV events when known, else the index's guess."""
         candidate = next((c for c in self._candidates if c.name == name), None)
-        return 0 if candidate is None else self._feedback.predict(name, candidate.matched, self.key)
+        if candidate is not None and candidate.precise is not None:
+            return candidate.precise
+        return self._approximate(candidate)
+
+    def _approximate(self, candidate: Candidate | None) -> int:
+        return 0 if candidate is None else self._feedback.predict(candidate.name, candidate.matched, self.key)
 
     def commit(self, endpoint: Endpoint) -> None:
         self._feedback.prefill.settle(self._ticket)  # headers came with the first token: prefilled
         name = endpoint.spec.name
-        self.predicted_cached = predicted = self.predicted(name)
+        self.predicted_cached = self.predicted(name)
         self._store.record(name, self.key)
-        self._feedback.committed(name, predicted)
+        # the counters' check judges the byte index (its capacity scale), so it gets the index's guess
+        self._feedback.committed(name, self._approximate(next((c for c in self._candidates if c.name == name), None)))
 
     def observe(self, endpoint: Endpoint, usage: Mapping[str, Any] | None) -> None:
         self._feedback.prefill.settle(self._ticket)
@@ -270,6 +279,12 @@ class ProfileScheduler:
         producers = self._producers
         hints = await gather_hints(producers, ctx, routable, self._deadline, self._metrics) if producers else Hints()
         candidates = self._candidates(routable, hints.state, ctx.key)
+        precise = hints.precise
+        if precise is not None:  # precise mode: exact matches by KV events (scheduling/tokens.py)
+            ctx.prompt_tokens = precise.tokens
+            held = precise.matched
+            for c in candidates:
+                c.precise = held.get(c.name)
         first, ranked, filtered, scores = self._order(ctx, candidates)
         if ejected:
             ranked += ejected

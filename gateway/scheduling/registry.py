@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -28,15 +28,18 @@ from pydantic import ValidationError
 from gateway.config import ConfigError, PluginSettings
 from gateway.scheduling.filters import BoundedLoadFilter, BoundedShareFilter
 from gateway.scheduling.pickers import MaxScoreParams, MaxScorePicker, RotatingMaxScorePicker
+from gateway.scheduling.kv_events import KvBlockSets
 from gateway.scheduling.producers import StateProducer
 from gateway.scheduling.scorers.assignments import AssignmentsScorer
 from gateway.scheduling.scorers.inflight import InFlightScorer
 from gateway.scheduling.scorers.kv_usage import KvUsageParams, KvUsageScorer
 from gateway.scheduling.scorers.latency import LatencyScorer
 from gateway.scheduling.scorers.prefill import PrefillParams, PrefillScorer
+from gateway.scheduling.scorers.precise_prefix import PrecisePrefixScorer
 from gateway.scheduling.scorers.prefix import PrefixScorer
 from gateway.scheduling.scorers.queue import QueueParams, QueueScorer
 from gateway.scheduling.scorers.session import SessionScorer
+from gateway.scheduling.tokens import TokenizeClient, TokenizeProducer
 from gateway.scheduling.types import NoParams, Params
 from gateway.state.base import StateStore
 
@@ -50,10 +53,14 @@ class UnknownPluginError(ConfigError):
 
 @dataclass(frozen=True, slots=True)
 class PluginDeps:
-    """What a factory may give a plugin: the state store and the injected random generator."""
+    """What a factory may give a plugin: the state store, the injected random generator, the
+    KV-event block sets (precise mode; empty unless ``routing.kv_events`` feeds them) and the
+    ``/tokenize`` client."""
 
     store: StateStore
     rng: random.Random
+    kv: KvBlockSets = field(default_factory=KvBlockSets)
+    tokenize: TokenizeClient = field(default_factory=TokenizeClient)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +80,11 @@ def _max_score(params: MaxScoreParams, deps: PluginDeps) -> MaxScorePicker | Rot
 
 PLUGINS: Mapping[str, PluginType] = MappingProxyType({
     "state": PluginType("producer", NoParams, lambda p, deps: StateProducer(deps.store)),
+    "tokenize": PluginType("producer", NoParams, lambda p, deps: TokenizeProducer(deps.kv, deps.tokenize)),
     "bounded-load": PluginType("filter", NoParams, lambda p, deps: BoundedLoadFilter()),
     "bounded-share": PluginType("filter", NoParams, lambda p, deps: BoundedShareFilter()),
     "prefix": PluginType("scorer", NoParams, lambda p, deps: PrefixScorer()),
+    "precise-prefix": PluginType("scorer", NoParams, lambda p, deps: PrecisePrefixScorer()),
     "session": PluginType("scorer", NoParams, lambda p, deps: SessionScorer()),
     "queue": PluginType("scorer", QueueParams, lambda p, deps: QueueScorer(p.half, p.neutral)),
     "kv-usage": PluginType("scorer", KvUsageParams, lambda p, deps: KvUsageScorer(p.neutral)),

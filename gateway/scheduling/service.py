@@ -5,7 +5,11 @@
 :class:`~gateway.scheduling.profile.ProfileScheduler` of the profile ``[routing] policy`` names
 (every policy is a profile, the basic ones included). The lifespan calls :meth:`start` (state
 store background tasks, the metrics scraper loop when the profile runs the closed loop) and
-:meth:`stop`. ``RoutingRuntime`` is its former name, kept as an alias for one release.
+:meth:`stop`. With ``[routing.kv_events] enabled`` (precise mode) it also owns the KV-event
+block sets, their ZMQ subscriber (``scheduling/kv_subscriber.py``; without ``pyzmq``/``msgspec``
+the build raises a :class:`~gateway.config.ConfigError`) and the ``/tokenize`` client of the
+``tokenize`` producer; an endpoint's restart (seen by the scraper) clears its block set.
+``RoutingRuntime`` is its former name, kept as an alias for one release.
 """
 
 from __future__ import annotations
@@ -25,10 +29,14 @@ from gateway.endpoints.scraper import AiohttpFetch, Fetch, MetricsScraper
 from gateway.endpoints.stats import Scrape, StatsBoard
 from gateway.prefix.hashing import PromptHasher
 from gateway.config import RoutingSettings, StateSettings
+from gateway.scheduling import kv_subscriber
 from gateway.scheduling.feedback import PrefixFeedback
+from gateway.scheduling.kv_events import KvBlockSets
+from gateway.scheduling.kv_subscriber import KvEventSubscriber
 from gateway.observability.metrics import RoutingMetrics
 from gateway.scheduling.profile import ProfileScheduler
 from gateway.scheduling.registry import PluginDeps
+from gateway.scheduling.tokens import TokenizeClient
 from gateway.state.base import StateStore
 from gateway.state.memory import MemoryStore
 from gateway.state.redis import RedisStore
@@ -68,7 +76,16 @@ class SchedulingService:
         self._guard = guard  # admin.allowed_networks on the scraper's connections
         self._owned_fetch: AiohttpFetch | None = None
         self._task: asyncio.Task[None] | None = None
-        deps = PluginDeps(self.store, rng or random.Random())
+        self.kv = KvBlockSets()
+        self.tokenize = TokenizeClient()
+        self.kv_subscriber: KvEventSubscriber | None = None
+        self._kv_task: asyncio.Task[None] | None = None
+        if routing.kv_events.enabled:
+            kv_subscriber.require_extra()
+            self.kv_subscriber = KvEventSubscriber(
+                routing.kv_events.bind, self.kv, kv_subscriber.resolver(lambda: self.registry),
+            )
+        deps = PluginDeps(self.store, rng or random.Random(), self.kv, self.tokenize)
         self.scheduler = ProfileScheduler(
             routing.policy, routing.all_profiles()[routing.policy], routing, deps, hasher=self.hasher,
             board=self.board, feedback=self.feedback, metrics=self.metrics, clock=clock,
@@ -84,6 +101,7 @@ class SchedulingService:
 
     def _on_restart(self, endpoint: Endpoint) -> None:
         self.feedback.on_restart(endpoint.spec.name)
+        self.kv.clear(endpoint.spec.name)  # a new engine holds nothing (its first batch restarts seq too)
 
     def scraper(self, fetch: Fetch) -> MetricsScraper:
         return MetricsScraper(
@@ -93,6 +111,8 @@ class SchedulingService:
 
     async def start(self) -> None:
         await self.store.start()
+        if self.kv_subscriber is not None:
+            self._kv_task = await kv_subscriber.start(self.kv_subscriber)
         if self.uses_profile and self.settings.scrape.enabled:
             fetch = self._fetch
             if fetch is None:
@@ -100,11 +120,13 @@ class SchedulingService:
             self._task = asyncio.create_task(self.scraper(fetch).run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._kv_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._kv_task = None
+        await self.tokenize.aclose()
         if self._owned_fetch is not None:
             await self._owned_fetch.aclose()
             self._owned_fetch = None

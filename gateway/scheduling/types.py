@@ -43,6 +43,8 @@ class Candidate:
         prefill: bytes of prompt sent to it by this replica and not prefilled yet
             (``scheduling/prefill.py``).
         weight: its configured weight (``spec.weight``, read once per decision).
+        precise: prompt tokens its engine holds by its KV events (precise mode), or None when
+            unknown (no ``tokenize`` hint, or it never published events).
     """
 
     endpoint: Endpoint
@@ -54,6 +56,7 @@ class Candidate:
     latency: float | None = None
     prefill: float = 0.0
     weight: float = 1.0
+    precise: int | None = None
 
     @property
     def name(self) -> str:
@@ -68,6 +71,7 @@ class Context:
     request: InferenceRequest
     key: PrefixKey
     hot_spot: HotSpotSettings
+    prompt_tokens: int | None = None  # the prompt's tokens, when the ``tokenize`` producer answered
 
 
 class Hints:
@@ -76,15 +80,18 @@ class Hints:
     Attributes:
         state: the state store's view (prefix matches, affinity, other replicas' in-flight
             counts), or None when no producer gave one (none configured, late or failed).
+        precise: the ``tokenize`` producer's view (prompt tokens, exact matches from KV events:
+            ``scheduling/tokens.py``), or None.
 
     ``name in hints`` and ``iter(hints)`` give the names of the producers that answered (the
     explain output lists them); the framework never looks a hint up by that name.
     """
 
-    __slots__ = ("state", "_produced")
+    __slots__ = ("state", "precise", "_produced")
 
     def __init__(self) -> None:
         self.state: StoreView | None = None
+        self.precise: Any = None  # a scheduling.tokens.PreciseView (typed there: it imports this module)
         self._produced: list[str] = []
 
     def answered(self, name: str) -> None:

@@ -180,6 +180,10 @@ class LoadTracker:
         """The cluster's service time now (the EWMA of request durations, the prior until measured), s."""
         return self._for(profile).service_s
 
+    def base_ttft_s(self, profile: ClusterProfile) -> float:
+        """The cluster's TTFT of a request that did not queue (the EWMA, the prior until measured), s."""
+        return self._for(profile).base_s
+
     def view(
         self,
         profile: ClusterProfile,

@@ -10,6 +10,9 @@ from tests.contract.vllm_surface import Recorded, shape
 SAME_SHAPE = ("resp_create", "st_create", "st_get", "st_turn2", "msg_create", "msg_count", "embeddings_generate_model")
 STREAMS = ("resp_stream", "msg_stream")
 ERRORS = ("resp_prev_missing", "st_cancel", "msg_err")
+POOL_SAME_SHAPE = ("pool_models", "pool_emb_str", "pool_emb_list", "pool_emb_b64", "pool_score", "pool_rerank",
+                   "pool_chat")
+POOL_ERRORS = ("pool_emb_dims", "pool_emb_nomodel")
 
 
 def same_shape(real: Recorded, sim: Recorded) -> None:
@@ -58,3 +61,27 @@ def usage_behaviour(side: dict[str, Recorded]) -> None:
     assert created is not None and created.input > 0 and created.output > 0
     assert side["msg_count"].json()["input_tokens"] == side["msg_count"].json()["context_management"][
         "original_input_tokens"]
+
+
+def pooled_vectors(side: dict[str, Recorded], dim: int) -> None:
+    """Unit vectors of ``dim`` floats, one per input, in order; usage as kvgate reads it (input only)."""
+    import base64
+    import math
+
+    from gateway.protocol import embeddings
+
+    for name, count in (("pool_emb_str", 1), ("pool_emb_list", 2)):
+        body = side[name].json()
+        vectors = [item["embedding"] for item in body["data"]]
+        assert [item["index"] for item in body["data"]] == list(range(count))
+        assert all(len(v) == dim and math.isclose(sum(x * x for x in v), 1.0, rel_tol=1e-3) for v in vectors)
+        tokens = embeddings.usage_of(body)
+        assert tokens is not None and tokens.input > 0 and tokens.output == 0
+    assert len(base64.b64decode(side["pool_emb_b64"].json()["data"][0]["embedding"])) == 4 * dim
+    assert side["pool_emb_list"].json()["usage"]["prompt_tokens"] > side["pool_emb_str"].json()["usage"]["prompt_tokens"]
+    rerank = side["pool_rerank"].json()
+    scores = [r["relevance_score"] for r in rerank["results"]]
+    assert scores == sorted(scores, reverse=True) and sorted(r["index"] for r in rerank["results"]) == [0, 1]
+    for name in ("pool_score", "pool_rerank"):
+        tokens = embeddings.usage_of(side[name].json())
+        assert tokens is not None and tokens.input > 0

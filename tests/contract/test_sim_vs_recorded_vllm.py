@@ -127,3 +127,43 @@ def test_api_same_errors(name: str, sim_apis: dict[str, Recorded], real_apis: di
 def test_api_usage_reads_alike(sim_apis: dict[str, Recorded], real_apis: dict[str, Recorded]) -> None:
     for side in (real_apis, sim_apis):
         api_checks.usage_behaviour(side)
+
+
+# --- the pooling worker (``--runner pooling --convert embed``) vs ``kvgate sim --task embed`` ----------------
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def sim_pooling() -> AsyncIterator[dict[str, Recorded]]:
+    preset = get_preset("vllm-cpu").with_overrides(latency=LatencyModel(0.0, 0.0, 0.0))
+    config = SimConfig(model=vllm_apis.POOL_MODEL, preset=preset, task="embed", embedding_dim=vllm_apis.POOL_DIM)
+    runners = await serve([SimWorker(config, ManualClock())], "127.0.0.1", 0)
+    port = runners[0].addresses[0][1]
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            yield await vllm_apis.play_pooling(client, vllm_apis.POOL_MODEL)
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+
+
+@pytest.mark.parametrize("name", [name for name, *_ in vllm_apis.pooling_script(vllm_apis.POOL_MODEL)])
+def test_pooling_same_status(name: str, sim_pooling: dict[str, Recorded], real_apis: dict[str, Recorded]) -> None:
+    assert sim_pooling[name].status == real_apis[name].status
+
+
+@pytest.mark.parametrize("name", api_checks.POOL_SAME_SHAPE)
+def test_pooling_same_shape(name: str, sim_pooling: dict[str, Recorded], real_apis: dict[str, Recorded]) -> None:
+    api_checks.same_shape(real_apis[name], sim_pooling[name])
+
+
+@pytest.mark.parametrize("name", api_checks.POOL_ERRORS)
+def test_pooling_same_errors(name: str, sim_pooling: dict[str, Recorded], real_apis: dict[str, Recorded]) -> None:
+    real_body, sim_body = real_apis[name].json(), sim_pooling[name].json()
+    assert api_checks.shape(sim_body) == api_checks.shape(real_body)
+    assert sim_body["error"]["type"] == real_body["error"]["type"]
+    assert sim_body["error"]["message"] == real_body["error"]["message"]
+
+
+def test_pooling_vectors_read_alike(sim_pooling: dict[str, Recorded], real_apis: dict[str, Recorded]) -> None:
+    for side in (real_apis, sim_pooling):
+        api_checks.pooled_vectors(side, vllm_apis.POOL_DIM)

@@ -53,6 +53,35 @@ def script(model: str) -> list[tuple[str, str, str, dict[str, Any] | None]]:
     ]
 
 
+POOL_MODEL = "smollm2-embed"
+POOL_DIM = 576  # SmolLM2-135M's hidden size: the length of a real pooled vector
+
+
+def pooling_script(model: str) -> list[tuple[str, str, str, dict[str, Any] | None]]:
+    """``(name, method, path, json)`` of the recorded pooling worker's answers (``pool_*``),
+    as played against ``vllm ... --runner pooling --convert embed`` (``index.json``'s ``pooling_source``)."""
+    return [
+        ("pool_models", "GET", "/v1/models", None),
+        ("pool_emb_str", "POST", "/v1/embeddings", {"model": model, "input": INPUT}),
+        ("pool_emb_list", "POST", "/v1/embeddings", {"model": model, "input": [INPUT, "Bonjour."]}),
+        ("pool_emb_b64", "POST", "/v1/embeddings", {"model": model, "input": INPUT, "encoding_format": "base64"}),
+        ("pool_emb_dims", "POST", "/v1/embeddings", {"model": model, "input": INPUT, "dimensions": 64}),
+        ("pool_emb_nomodel", "POST", "/v1/embeddings", {"model": "nope", "input": INPUT}),
+        ("pool_score", "POST", "/v1/score", {"model": model, "text_1": "greeting", "text_2": INPUT}),
+        ("pool_rerank", "POST", "/v1/rerank", {"model": model, "query": "greeting", "documents": [INPUT, "Bonjour."]}),
+        ("pool_chat", "POST", "/v1/chat/completions", {"model": model, "messages": MESSAGES, "max_tokens": 4}),
+    ]
+
+
+async def play_pooling(client: httpx.AsyncClient, model: str) -> dict[str, Recorded]:
+    """Play :func:`pooling_script` against ``client``'s base URL (an embed worker)."""
+    out: dict[str, Recorded] = {}
+    for name, method, path, body in pooling_script(model):
+        reply = await client.request(method, path, json=body)
+        out[name] = Recorded(reply.status_code, reply.headers.get("content-type"), None, reply.text)
+    return out
+
+
 async def play(client: httpx.AsyncClient, model: str) -> dict[str, Recorded]:
     """Play :func:`script` against ``client``'s base URL."""
     out: dict[str, Recorded] = {}

@@ -1,7 +1,8 @@
 """Every flag kvgate emits is accepted by the installed vLLM's own `serve` parser (no worker starts).
 
 Runs ``backends/workers/vllm_flag_probe.py`` in the worker venv once for a matrix of specs: the golden
-argv cases, each KV dtype, feature toggles, GPU-only flags, reasoning parsers and KV events. A
+argv cases, each KV dtype, feature toggles, GPU-only flags, reasoning parsers, KV events and a pooling
+runner (``--runner pooling --convert embed``). A
 vLLM upgrade that renames or drops a flag fails here, not in a deployment.
 """
 
@@ -38,6 +39,8 @@ def matrix(model: str) -> list[WorkerSpec]:
                             cuda_visible_devices="0,1,2,3,4,5,6,7", reasoning_parser="qwen3"),
         dataclasses.replace(gpu, reasoning_parser="deepseek_r1", kv_events_config=kv_events_json(),
                             extra_args=("--disable-log-stats",)),
+        dataclasses.replace(cpu, served_model_name="smollm2-embed", runner="pooling", convert="embed"),  # embeddings
+        dataclasses.replace(cpu, runner="generate", convert="none"),
     ]
     return specs
 
@@ -47,6 +50,7 @@ REJECTED = [
     ["--kv-cache-dtype", "fp16"],
     ["--reasoning-parser", "no-such-parser"],
     ["--kv-events-config", '{"no_such_field": 1}'],
+    ["--runner", "embed"],  # the task moved to --convert
 ]
 
 
@@ -73,3 +77,4 @@ def test_the_probe_does_reject_what_vllm_rejects(verdicts: tuple[list[FlagVerdic
     assert "invalid choice: 'fp16'" in refused[1].error
     assert "not registered" in refused[2].error
     assert "--kv-events-config" in refused[3].error
+    assert "invalid choice: 'embed'" in refused[4].error

@@ -31,6 +31,7 @@ from tests.support.gateway import RefusingPort, RunningGateway
 from tests.support.threads import ServerThread, wait_until
 
 KEY = "sk-kvgate-apis-key"
+ADMIN = {"authorization": "Bearer sk-kvgate-apis-admin"}
 MODEL = "smollm2"
 
 
@@ -84,6 +85,7 @@ def _config(sims: dict[str, Sim], refusing: RefusingPort, state: dict[str, Any] 
     }
     data: dict[str, Any] = {
         "auth": {"api_keys": [KEY]},
+        "admin": {"api_key": ADMIN["authorization"].removeprefix("Bearer ")},
         "upstream": SHORT_RETRY_WAIT,
         "routing": {"policy": "round-robin"},
         **NEVER_EJECT,
@@ -221,8 +223,9 @@ def test_embeddings_on_the_pooling_cluster_only(kvgate: RunningGateway) -> None:
 def _embeddings(client: openai.OpenAI) -> None:
     reply = client.embeddings.create(model="embedder", input=["hello", "world"])
     assert len(reply.data) == 2 and reply.usage.prompt_tokens > 0
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.BadRequestError) as refused:
         client.embeddings.create(model=MODEL, input="x")  # a generate cluster
+    assert refused.value.code == "model_not_supported" and refused.value.param == "model"
     models = {m.id: m.model_extra["serves"] for m in client.models.list().data}
     assert models[MODEL] == "generate" and models["embedder"] == "pooling"
 
@@ -290,3 +293,97 @@ def test_a_client_that_leaves_mid_stream_is_cancelled(kvgate: RunningGateway, ap
         assert reply.status_code == 200
         next(reply.iter_raw())  # the stream started; the client leaves
     assert wait_until(lambda: kvgate.metric("kvgate_requests_total", cluster="cslow", outcome="cancelled") > before)
+
+
+def test_generation_apis_naming_a_pooling_model_get_a_clear_400(kvgate: RunningGateway) -> None:
+    """Chat, completions, Responses and Messages to a model served by pooling clusters alone: 400
+    ``model_not_supported`` naming the API and the model (never the engine's 404), and not charged."""
+    with _openai(kvgate) as client:
+        calls = {
+            "chat": lambda: client.chat.completions.create(model="embedder", messages=[{"role": "user", "content": "x"}]),
+            "completions": lambda: client.completions.create(model="embedder", prompt="x", max_tokens=2),
+            "responses": lambda: client.responses.create(model="embedder", input="x"),
+        }
+        for api, call in calls.items():
+            with pytest.raises(openai.BadRequestError) as refused:
+                call()
+            body = refused.value.body
+            assert refused.value.code == "model_not_supported", body
+            assert "`embedder`" in body["message"] and f"the {api} API" in body["message"]  # type: ignore[index]
+    anthropic = pytest.importorskip("anthropic")
+    with anthropic.Anthropic(base_url=kvgate.url, api_key=KEY, max_retries=0, timeout=30) as claude, \
+            pytest.raises(anthropic.BadRequestError) as refused:
+        claude.messages.create(model="embedder", max_tokens=2, messages=[{"role": "user", "content": "x"}])
+    assert refused.value.body["type"] == "error" and "the messages API" in refused.value.body["error"]["message"]  # type: ignore[index]
+    assert kvgate.metric("kvgate_requests_total", cluster="emb", outcome="client_error") == 0
+
+
+def test_the_api_is_in_the_record_and_a_metric(kvgate: RunningGateway) -> None:
+    with _openai(kvgate) as client:
+        chat = client.chat.completions.with_raw_response.create(model=MODEL, messages=[{"role": "user", "content": "a"}],
+                                                                max_tokens=2)
+        created = client.responses.with_raw_response.create(model=MODEL, input="b", max_output_tokens=2)
+        client.responses.retrieve(created.parse().id)
+        embedded = client.embeddings.with_raw_response.create(model="embedder", input="c")
+    records = httpx.get(kvgate.url + "/admin/requests?limit=50", headers=ADMIN, timeout=10).json()["data"]
+    by_id = {record["id"]: record for record in records}
+    assert by_id[chat.headers["x-request-id"]]["api"] == "chat"
+    assert by_id[created.headers["x-request-id"]]["api"] == "responses"
+    assert by_id[embedded.headers["x-request-id"]]["api"] == "embeddings"
+    assert {"responses.retrieve"} <= {record["api"] for record in records}
+    assert by_id[embedded.headers["x-request-id"]]["prompt_tokens"] > 0
+    for api, model in (("chat", MODEL), ("responses", MODEL), ("responses.retrieve", MODEL), ("embeddings", "embedder")):
+        assert kvgate.metric("kvgate_api_requests_total", api=api, model=model, outcome="success") >= 1, api
+
+
+def test_every_upstream_call_of_a_stored_response_gets_a_client_span(sims: dict[str, Sim], refusing: RefusingPort) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import SpanKind
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    gateway = RunningGateway(_config(sims, refusing), tracer_provider=provider, health_checks=False).start()
+    try:
+        created = _post(gateway, "/v1/responses", {"model": MODEL, "input": "x", "max_output_tokens": 2}).json()["id"]
+        headers = {"authorization": f"Bearer {KEY}"}
+        calls = [("GET", f"/v1/responses/{created}"), ("POST", f"/v1/responses/{created}/cancel"),
+                 ("DELETE", f"/v1/responses/{created}")]
+        statuses = [httpx.request(method, gateway.url + path, headers=headers, timeout=30).status_code
+                    for method, path in calls]
+        assert statuses == [200, 400, 405]  # as vLLM answers (the cancel of a synchronous one, no DELETE route)
+        assert wait_until(lambda: sum(s.kind is SpanKind.SERVER for s in exporter.get_finished_spans()) >= 4)
+    finally:
+        gateway.stop()
+        provider.shutdown()
+    spans = exporter.get_finished_spans()
+    for method, path in calls:
+        server = next(s for s in spans if s.kind is SpanKind.SERVER and s.name == f"{method} {path}")
+        clients = [s for s in spans if s.parent is not None and s.parent.span_id == server.context.span_id]
+        assert [c.kind for c in clients] == [SpanKind.CLIENT], (method, path)
+        assert clients[0].attributes["http.request.method"] == method
+        assert clients[0].attributes["kvgate.endpoint"] in ("gen-a", "gen-b")
+    retrieve = next(s for s in spans if s.kind is SpanKind.CLIENT and s.attributes["http.request.method"] == "GET")
+    assert retrieve.attributes["gen_ai.operation.name"] == "responses.retrieve"
+
+
+def test_large_bodies_of_the_other_apis_are_parsed_off_the_loop(sims: dict[str, Sim], refusing: RefusingPort) -> None:
+    """Above ``[server] parse_offload_bytes`` a Responses or embeddings body is parsed in the worker
+    process, as chat's is: the same answer, and a bad large body is the same 400 as a small one."""
+    config = {**_config(sims, refusing), "server": {"parse_offload_bytes": 4096}}
+    gateway = RunningGateway(config, health_checks=False).start()
+    try:
+        long_input = "a long input " * 800  # ~10 KB
+        with _openai(gateway) as client:
+            answer = client.responses.create(model=MODEL, input=long_input, max_output_tokens=3)
+            vectors = client.embeddings.create(model="embedder", input=[long_input, "short"])
+        offload = gateway.app.state.container.proxy._parse_offload
+        assert offload is not None and any(worker is not None and worker.alive for worker in offload._pool)
+        assert answer.usage is not None and answer.usage.input_tokens > 1000 and answer.output_text
+        assert len(vectors.data) == 2 and vectors.usage.prompt_tokens > 1000
+        bad = [_post(gateway, "/v1/responses", {"model": MODEL, "input": 7, "pad": "x" * size}) for size in (8000, 1)]
+        assert [r.status_code for r in bad] == [400, 400] and bad[0].json() == bad[1].json()
+    finally:
+        gateway.stop()

@@ -433,6 +433,82 @@ async def test_request_bytes_on_the_wire(start_endpoint: StartEndpoint, make_poo
     assert received_body == body
 
 
+async def test_large_body_arrives_whole_in_pieces(start_endpoint: StartEndpoint, make_pool: MakePool) -> None:
+    """A body over ``PIECE_BYTES`` (written a piece per loop turn) arrives byte for byte, and the
+    connection is reused after it; the loop runs other callbacks between the pieces."""
+    from gateway.upstream.connection import PIECE_BYTES
+
+    endpoint = await start_endpoint(_serve_ok)
+    pool = make_pool()
+    body = bytes(range(256)) * (PIECE_BYTES * 5 // 256 + 7)  # not a whole number of pieces
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    try:
+        assert await _get(pool, endpoint.url(), body) == b"ok"
+        assert await _get(pool, endpoint.url(), b"{}") == b"ok"
+    finally:
+        task.cancel()
+    first, second = endpoint.requests
+    assert _parse_request(first)[2] == body
+    assert _parse_request(second)[2] == b"{}"
+    assert endpoint.accepted == 1
+    assert ticks >= 5  # the loop turned between the pieces
+
+
+async def test_large_body_to_a_slow_reader_waits_for_the_transport(
+    start_endpoint: StartEndpoint, make_pool: MakePool
+) -> None:
+    """A reader that takes a large body slowly pauses the client's writing (pause_writing); the
+    body still arrives whole once it reads."""
+    release = asyncio.Event()
+
+    async def slow(conn: Conn) -> None:
+        await release.wait()
+        await conn.serve(_ok(b"ok"))
+
+    endpoint = await start_endpoint(slow)
+    pool = make_pool()
+    body = b"x" * (16 * 1024 * 1024)  # more than the socket buffers hold
+    request = asyncio.create_task(_get(pool, endpoint.url(), body))
+    await _until(lambda: endpoint.accepted == 1, "the connection")
+    await asyncio.sleep(0.05)
+    [conn] = list(pool._open)  # no public signal: the client's writing is paused by the full transport
+    assert conn._write_paused and conn._pending
+    release.set()
+    assert await asyncio.wait_for(request, 10) == b"ok"
+    assert _parse_request(endpoint.requests[0])[2] == body
+
+
+async def test_answer_before_the_body_is_written_does_not_reuse(
+    start_endpoint: StartEndpoint, make_pool: MakePool
+) -> None:
+    """An endpoint that answers (e.g. 413) before reading a large body: the answer is handed out,
+    and the connection, with body bytes still unsent, is not reused."""
+
+    async def early(conn: Conn) -> None:
+        await conn.reader.readuntil(b"\r\n\r\n")
+        await conn.send(_ok(b"too big", status=b"413 Payload Too Large"))
+        with contextlib.suppress(ConnectionError):
+            while await conn.reader.read(65536):  # the rest of the body, until the client closes
+                pass
+        conn.client_closed.set()
+
+    endpoint = await start_endpoint(early)
+    pool = make_pool()
+    response = await _post(pool, endpoint.url(), b"x" * (16 * 1024 * 1024))
+    assert response.status == 413
+    assert await asyncio.wait_for(response.read(), WAIT_S) == b"too big"
+    await _until(lambda: endpoint.conns[0].client_closed.is_set(), "the client closing the connection")
+    assert not pool._idle  # nothing handed back for reuse
+
+
 async def test_ipv6_host_header_is_bracketed(make_pool: MakePool) -> None:
     """An IPv6 endpoint gets ``Host: [::1]:port`` (a bare ``::1:port`` is not a valid Host)."""
     try:

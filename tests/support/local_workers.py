@@ -60,7 +60,7 @@ class LocalWorkerPool:
                  binds: Sequence[str] | None = None, overrides: Mapping[str, Any] | None = None,
                  healthy_timeout_s: float = 300.0, stop_timeout_s: float = 15.0,
                  log_dir: Path | None = None, base_env: Mapping[str, str] | None = None,
-                 log: Log = print) -> None:
+                 log: Log = print, kv_events: str | None = None) -> None:
         if not 1 <= count <= MAX_LOCAL_WORKERS:
             raise ValueError(f"count: must be 1..{MAX_LOCAL_WORKERS}, got {count}")
         ports = (list(range(first_port, first_port + count)) if first_port is not None
@@ -70,7 +70,7 @@ class LocalWorkerPool:
         self.specs = build_specs(runtime, ports, kv_cache_dtype=kv_cache_dtype,
                                  enforce_eager=enforce_eager, max_model_len=max_model_len,
                                  cpu_kvcache_space_gib=cpu_kvcache_space_gib, binds=binds,
-                                 overrides=overrides)
+                                 overrides=overrides, kv_events=kv_events)
         log_dir = log_dir if log_dir is not None else paths.logs_dir()
         self.workers: list[LocalWorker] = []
         for i, spec in enumerate(self.specs):

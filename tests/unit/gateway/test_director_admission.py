@@ -31,10 +31,10 @@ class Recording(AdmissionGate):
         self.in_flight_at_finish: list[int] = []
         self.registry: Any = None
 
-    def finished(self, cluster: str) -> None:
+    def finished(self, cluster: str, key: str = "") -> None:
         self.calls.append(cluster)
         self.in_flight_at_finish.append(sum(e.in_flight for e in self.registry.cluster(cluster)))
-        super().finished(cluster)
+        super().finished(cluster, key)
 
 
 @pytest.mark.parametrize("row", table.ROWS, ids=[row.name for row in table.ROWS])
@@ -64,20 +64,20 @@ async def test_every_request_returns_its_lease_once(row: table.Row, monkeypatch:
 
 
 def test_a_lease_tells_the_gate_once_when_its_last_holder_lets_go() -> None:
-    calls: list[str] = []
+    calls: list[tuple[str, str]] = []
     gate = AdmissionGate(lambda: AdmissionSettings(enabled=True), AdmissionQueue(), loads=lambda c: [], service_s=lambda c: 1.0)
-    gate.finished = calls.append  # type: ignore[method-assign]
-    lease = gate.lease("c")
+    gate.finished = lambda cluster, key="": calls.append((cluster, key))  # type: ignore[method-assign]
+    lease = gate.lease("c", "k")
     assert isinstance(lease, Lease) and not lease.returned
     lease.hold()  # an attempt
     lease.drop()  # the exchange finished first (a relay ends its attempt after)
     assert calls == []
     lease.drop()  # the attempt's end
-    assert calls == ["c"] and lease.returned
+    assert calls == [("c", "k")] and lease.returned
     lease.hold()
     lease.drop()
     lease.drop()
-    assert calls == ["c"], "told twice"
+    assert calls == [("c", "k")], "told twice"
 
 
 def test_the_admission_question_reads_the_route_and_the_priority_header() -> None:

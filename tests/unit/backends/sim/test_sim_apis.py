@@ -105,11 +105,18 @@ async def test_embed_worker(clients: dict[str, httpx.AsyncClient]) -> None:
     assert first == second and len(first) == 16 and math.isclose(sum(v * v for v in first), 1.0, rel_tol=1e-4)
     assert body["usage"]["prompt_tokens"] > 0 and body["usage"]["completion_tokens"] == 0
     packed = (await client.post("/v1/embeddings", json={"model": "e", "input": "hello world",
-                                                        "encoding_format": "base64", "dimensions": 8})).json()
-    values = struct.unpack("<8f", base64.b64decode(packed["data"][0]["embedding"]))
-    assert len(values) == 8
-    too_big = await client.post("/v1/embeddings", json={"model": "e", "input": "x", "dimensions": 99})
-    assert too_big.status_code == 400
+                                                        "encoding_format": "base64"})).json()
+    values = struct.unpack("<16f", base64.b64decode(packed["data"][0]["embedding"]))
+    assert len(values) == 16
+    dims = await client.post("/v1/embeddings", json={"model": "e", "input": "x", "dimensions": 8})
+    assert dims.status_code == 400 and "Matryoshka" in dims.json()["error"]["message"]  # as vLLM for SmolLM2
+    score = (await client.post("/v1/score", json={"model": "e", "text_1": "hello world", "text_2": "hello world"})).json()
+    assert math.isclose(score["data"][0]["score"], 1.0, rel_tol=1e-4) and score["usage"]["prompt_tokens"] > 0
+    rerank = (await client.post("/v1/rerank", json={"model": "e", "query": "hello world",
+                                                    "documents": ["bye", "hello world"]})).json()
+    assert [r["index"] for r in rerank["results"]] == [1, 0] and rerank["usage"]["total_tokens"] > 0
+    assert (await clients["store"].post("/v1/rerank", json={"model": "m", "query": "q", "documents": ["d"]})
+            ).status_code == 404
     assert (await client.post("/v1/chat/completions", json={"model": "e"})).json() == {"detail": "Not Found"}
     assert (await clients["store"].post("/v1/embeddings", json={"model": "m", "input": "x"})).status_code == 404
     assert json.loads((await client.get("/v1/models")).text)["data"][0]["id"] == "e"

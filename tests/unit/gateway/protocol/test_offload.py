@@ -157,3 +157,51 @@ def test_a_cancelled_parse_retires_its_worker_and_the_next_one_works() -> None:
             await pool.aclose()
 
     assert asyncio.run(run()).body == orjson.loads(BODIES[0])
+
+
+API_BODIES = {
+    "responses": [b'{"model":"m","input":"hi","instructions":"Be brief.","stream":true}',
+                  b'{"model":"m","input":[{"role":"user","content":"x"}],"previous_response_id":"resp_1"}',
+                  b'{"model":"m"}', b"not json"],
+    "messages": [b'{"model":"m","max_tokens":3,"system":"s","messages":[{"role":"user","content":"hi"}]}',
+                 b'{"model":"m","messages":"x"}'],
+    "messages.count_tokens": [b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'],
+    "embeddings": [b'{"model":"e","input":["a","b"]}', b'{"model":"e","input":"x","dimensions":"3"}'],
+    "rerank": [b'{"model":"e","query":"q","documents":["a"]}'],
+    "score": [b'{"model":"e","text_1":"a","text_2":"b"}'],
+}
+
+
+def _api_outcome(work: Any) -> tuple[str, Any]:
+    try:
+        return "ok", work()
+    except InvalidRequestError as error:
+        return "error", (type(error), error.status, error.message, error.param, error.code)
+
+
+def test_every_body_api_is_offloaded_with_the_inline_answer() -> None:
+    """The other APIs' bodies parsed in a worker: the same ApiRequest (raw and prompt.raw put back) or error."""
+    from gateway.protocol.apis import BY_NAME
+    from gateway.protocol.offload import BODY_APIS
+
+    assert sorted(BODY_APIS) == sorted(API_BODIES)
+
+    async def every_body() -> list[tuple[str, bytes, tuple[str, Any]]]:
+        offload = ParseOffload(inline_limit=0)
+        await offload.start()
+        out = []
+        try:
+            for api, bodies in API_BODIES.items():
+                for raw in bodies:
+                    try:
+                        out.append((api, raw, ("ok", await offload.parse_api(api, raw))))
+                    except InvalidRequestError as error:
+                        out.append((api, raw, ("error", (type(error), error.status, error.message, error.param, error.code))))
+        finally:
+            await offload.aclose()
+        return out
+
+    for api, raw, remote in asyncio.run(every_body()):
+        assert remote == _api_outcome(lambda api=api, raw=raw: BY_NAME[api].parse(raw, None)), (api, raw)
+        if remote[0] == "ok":
+            assert remote[1].raw is raw and (remote[1].prompt is None or remote[1].prompt.raw is raw)

@@ -117,9 +117,9 @@ def test_max_score_picker_ranks_and_breaks_ties_at_random() -> None:
 
 def test_registry_names_are_kebab_case_and_complete() -> None:
     assert set(registry.SCORERS) == {
-        "prefix", "session", "queue", "kv-usage", "in-flight", "latency", "assignments", "prefill",
+        "prefix", "precise-prefix", "session", "queue", "kv-usage", "in-flight", "latency", "assignments", "prefill",
     }
     assert set(registry.FILTERS) == {"bounded-load", "bounded-share"}
-    assert set(registry.PICKERS) == {"max-score"} and set(registry.PRODUCERS) == {"state"}
+    assert set(registry.PICKERS) == {"max-score"} and set(registry.PRODUCERS) == {"state", "tokenize"}
     for table in (registry.SCORERS, registry.FILTERS, registry.PICKERS, registry.PRODUCERS):
         assert all(name == name.lower() and "_" not in name for name in table)

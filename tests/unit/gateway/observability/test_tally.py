@@ -1,0 +1,56 @@
+"""The tally (``gateway/observability/tally.py``): folded updates read back exactly as direct ones.
+
+Two registries with the same instruments, one updated through a :class:`Tally`, one directly;
+every collection must give the same samples (bucket edges included), and a flush must not count twice.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from gateway.observability.tally import Tally
+
+BUCKETS = (0.005, 0.01, 0.1, 1.0)
+VALUES = (0.0, 0.005, 0.0050001, 0.01, 0.05, 0.1, 1.0, 1.5, 30.0, -1.0)
+
+
+def _pair(direct: bool = False) -> tuple[CollectorRegistry, Tally, Counter, Histogram]:
+    registry = CollectorRegistry(auto_describe=True)
+    tally = Tally(registry, direct=direct)
+    counter = Counter("t_requests", "requests", ["model", "outcome"], registry=registry)
+    histogram = Histogram("t_duration_seconds", "duration", ["model"], buckets=BUCKETS, registry=registry)
+    return registry, tally, counter, histogram
+
+
+def _samples(registry: CollectorRegistry) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
+    return sorted(
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for family in registry.collect() for s in family.samples if not s.name.endswith("_created")
+    )
+
+
+def test_folded_updates_read_as_direct_ones_at_every_collection() -> None:
+    folded, tally, counter, histogram = _pair()
+    direct, _, d_counter, d_histogram = _pair()
+    for round_ in range(2):
+        for index, value in enumerate(VALUES):
+            labels = ("m", "success" if index % 3 else "upstream_error")
+            tally.count(counter, labels)
+            d_counter.labels(*labels).inc()
+            tally.count(counter, ("m", "success"), 2.5)
+            d_counter.labels("m", "success").inc(2.5)
+            tally.observe(histogram, (f"m{index % 2}",), value)
+            d_histogram.labels(f"m{index % 2}").observe(value)
+        assert _samples(folded) == _samples(direct), f"round {round_}"
+        assert _samples(folded) == _samples(direct)  # a second collection adds nothing
+    assert folded.get_sample_value("t_requests_total", {"model": "m", "outcome": "success"}) == (
+        direct.get_sample_value("t_requests_total", {"model": "m", "outcome": "success"})
+    )
+
+
+def test_direct_mode_writes_through() -> None:
+    _, tally, counter, histogram = _pair(direct=True)
+    tally.count(counter, ("m", "success"))
+    tally.observe(histogram, ("m",), 0.05)
+    assert counter.labels("m", "success")._value.get() == 1  # no collection needed
+    assert histogram.labels("m")._sum.get() == 0.05

@@ -1,0 +1,275 @@
+"""Precise mode end to end in-process: vLLM-shaped KV event batches over a real ZMQ socket on
+loopback, sequence gaps and restarts, the ``tokenize`` producer against a real HTTP ``/tokenize``,
+the ``precise-prefix`` scorer in the ``prefix-precise`` profile and its fallbacks."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import socket
+from typing import Any
+
+import msgspec
+import pytest
+import zmq
+from aiohttp import web
+
+from gateway.config import ConfigError, RoutingSettings
+from gateway.endpoints.model import Endpoint, EndpointSpec
+from gateway.scheduling import kv_subscriber
+from gateway.scheduling.kv_events import KvBlockSets
+from gateway.scheduling.kv_subscriber import KvEventSubscriber, resolver
+from gateway.scheduling.scorers.precise_prefix import PrecisePrefixScorer
+from gateway.scheduling.tokens import TokenizeClient, tokenize_body
+from gateway.protocol.openai import Operation
+
+from tests.unit.gateway.scheduling.support import candidate, chat, context, scheduler
+
+BLOCK = 128
+TOKENS = list(range(1000, 1000 + 7 * BLOCK + 40))  # 7 whole blocks and a tail
+
+
+# -- vLLM's wire shapes (vllm/distributed/kv_events.py, 0.32), re-declared for the test publisher --
+class Event(msgspec.Struct, tag=True, omit_defaults=True):
+    pass
+
+
+class BlockStored(Event):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None = None
+    medium: str | None = "GPU"
+
+
+class BlockRemoved(Event):
+    block_hashes: list[int]
+    medium: str | None = "GPU"
+
+
+class AllBlocksCleared(Event):
+    pass
+
+
+class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True):
+    ts: float
+    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+    data_parallel_rank: int | None = None
+
+
+ENCODER = msgspec.msgpack.Encoder()
+
+
+def frames(topic: str, seq: int, *events: Event) -> list[bytes]:
+    return [topic.encode(), seq.to_bytes(8, "big"), ENCODER.encode(EventBatch(0.0, list(events)))]
+
+
+def stored(first: int, blocks: int, parent: int | None = None, start: int = 0) -> BlockStored:
+    return BlockStored(list(range(first, first + blocks)), parent, TOKENS[start:start + blocks * BLOCK], BLOCK)
+
+
+def worker(name: str, port: int = 1) -> Endpoint:
+    return Endpoint(EndpointSpec(name, "c", f"http://127.0.0.1:{port}/v1", "m"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# -- the subscriber ----------------------------------------------------------------------------
+async def test_batches_over_a_real_zmq_socket_fill_the_worker_set() -> None:
+    sets = KvBlockSets()
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    endpoints = [worker("local-0", 8101), worker("local-1", 8102)]
+    subscriber = KvEventSubscriber(bind, sets, resolver(lambda: endpoints))
+    task = await kv_subscriber.start(subscriber)
+    assert task is not None
+    context_ = zmq.Context()
+    pub = context_.socket(zmq.PUB)
+    pub.connect(bind)  # as vLLM does with a concrete tcp:// address
+    try:
+        while subscriber.unknown == 0:  # the slow joiner: probe until the subscription reached the publisher
+            pub.send_multipart(frames("probe", 0))
+            await asyncio.sleep(0.01)
+        pub.send_multipart(frames("http://127.0.0.1:8101", 0, stored(1, 4)))  # topic: the worker's origin
+        pub.send_multipart(frames("http://127.0.0.1:8101", 1, stored(5, 3, parent=4, start=4 * BLOCK)))
+        pub.send_multipart(frames("local-1", 0, stored(1, 2)))  # topic: the endpoint's name
+        while subscriber.batches < 3:
+            await asyncio.sleep(0.01)
+    finally:
+        pub.close(0)
+        context_.term()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert sets.match("local-0", TOKENS) == 7 * BLOCK
+    assert sets.match("local-1", TOKENS) == 2 * BLOCK
+    assert sets.block_size("local-0") == BLOCK and subscriber.cleared == 0
+
+
+def test_a_gap_or_a_restart_clears_the_worker_set_and_unknown_topics_drop() -> None:
+    sets = KvBlockSets()
+    subscriber = KvEventSubscriber("tcp://127.0.0.1:1", sets, resolver(lambda: [worker("w")]))
+    assert subscriber.handle(frames("w", 0, stored(1, 3))) == "w"
+    assert sets.match("w", TOKENS) == 3 * BLOCK
+    subscriber.handle(frames("w", 2, stored(10, 1, parent=3, start=3 * BLOCK)))  # batch 1 was lost
+    assert sets.match("w", TOKENS) == 0 and subscriber.cleared == 1  # never claims what it may have missed
+    subscriber.handle(frames("w", 3, stored(20, 2)))
+    assert sets.match("w", TOKENS) == 2 * BLOCK
+    subscriber.handle(frames("w", 0, stored(30, 1)))  # a new engine: its publisher counts from 0 again
+    assert sets.match("w", TOKENS) == BLOCK and subscriber.cleared == 2
+    subscriber.handle(frames("w", 1, BlockRemoved([30]), stored(40, 1, start=0)))
+    assert sets.match("w", TOKENS) == BLOCK
+    subscriber.handle(frames("w", 2, AllBlocksCleared()))
+    assert sets.size("w") == 0 and sets.known("w")
+    assert subscriber.handle(frames("nobody", 0, stored(1, 1))) is None and subscriber.unknown == 1
+    assert subscriber.handle([b"w", b"\x00" * 8, b"\xc1"]) is None and subscriber.bad == 1  # not msgpack
+    assert subscriber.handle([b"w"]) is None and subscriber.bad == 2
+
+
+def test_offloaded_copies_are_not_engine_blocks() -> None:
+    sets = KvBlockSets()
+    sets.apply_batch("w", 0, [{"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None,
+                               "token_ids": TOKENS[:BLOCK], "block_size": BLOCK, "medium": "CPU"}])
+    assert sets.size("w") == 0
+
+
+def test_enabled_without_the_extra_is_a_clear_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "zmq" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"routing.kv_events.enabled: precise mode needs zmq .*\[precise\]"):
+        kv_subscriber.require_extra()
+
+
+def test_kv_events_settings() -> None:
+    assert RoutingSettings(kv_events={"bind": "tcp://*:6000"}).kv_events.connect == "tcp://127.0.0.1:6000"
+    with pytest.raises(ValueError, match="tcp:// or ipc://"):
+        RoutingSettings(kv_events={"bind": "127.0.0.1:6000"})
+
+
+# -- the tokenize producer and the precise-prefix scorer ------------------------------------
+def test_tokenize_bodies() -> None:
+    body = {"messages": [{"role": "user", "content": "x"}], "tools": [], "temperature": 0}
+    assert tokenize_body(body, Operation.CHAT, "served") == {"model": "served", "messages": body["messages"], "tools": []}
+    assert tokenize_body({"prompt": "abc"}, Operation.COMPLETION, "s") == {"model": "s", "prompt": "abc"}
+    assert tokenize_body({"prompt": ["a", "b"]}, Operation.COMPLETION, "s") is None
+
+
+def test_the_scorer_falls_back_to_the_approximate_index() -> None:
+    scorer = PrecisePrefixScorer()
+    ctx = context(blocks=10)
+    exact = [candidate("a", matched=10, precise=0), candidate("b", matched=0, precise=500)]
+    assert scorer.score(ctx, exact) == [1.0, 0.0]  # no prompt tokens: the byte index
+    ctx.prompt_tokens = 1000
+    assert scorer.score(ctx, exact) == [0.0, 0.5]
+    assert scorer.score(ctx, [candidate("a", matched=10, precise=0), candidate("b", matched=5)]) == [1.0, 0.5]
+
+
+class Tokenizer:
+    """A real HTTP ``/tokenize`` on loopback: answers TOKENS, or fails when told to."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.fail = False
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        self.bodies.append(await request.json())
+        if self.fail:
+            return web.json_response({"error": {"message": "no"}}, status=500)
+        return web.json_response({"count": len(TOKENS), "max_model_len": 2048, "tokens": TOKENS})
+
+
+@pytest.fixture
+async def tokenizer() -> Any:
+    served = Tokenizer()
+    app = web.Application()
+    app.router.add_post("/tokenize", served.tokenize)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    served.port = port  # type: ignore[attr-defined]
+    yield served
+    await runner.cleanup()
+
+
+async def test_prefix_precise_ranks_by_the_engine_blocks_and_predicts_them(tokenizer: Tokenizer) -> None:
+    sched = scheduler("prefix-precise", producer_deadline_ms=60_000)  # a loaded CI machine must not time it out
+    client = TokenizeClient()
+    sets = sched._producers["tokenize"]._sets  # the deps' block sets (support builds default deps)
+    sched._producers["tokenize"]._client = client
+    a, b = worker("a", tokenizer.port), worker("b", tokenizer.port)  # type: ignore[attr-defined]
+    sets.apply_batch("a", 0, [{"type": "BlockStored", "block_hashes": [1, 2], "parent_block_hash": None,
+                               "token_ids": TOKENS[:2 * BLOCK], "block_size": BLOCK}])
+    sets.apply_batch("b", 0, [{"type": "BlockStored", "block_hashes": [1, 2, 3, 4, 5, 6, 7], "parent_block_hash": None,
+                               "token_ids": TOKENS[:7 * BLOCK], "block_size": BLOCK}])
+    request = chat("system prompt " * 50)
+    try:
+        decision = await sched.schedule([a, b], request)
+        assert [e.spec.name for e in decision.ranked][0] == "b"
+        assert tokenizer.bodies[-1] == {"model": "m", "messages": request.body["messages"]}
+        assert decision.breakdown["b"]["precise-prefix"] == pytest.approx(7 * BLOCK / len(TOKENS))
+        assert decision.predicted("b") == 7 * BLOCK and decision.predicted("a") == 2 * BLOCK
+        assert "tokenize" in decision.hints
+
+        tokenizer.fail = True  # the producer fails: no hint, the byte-block index decides
+        decision = await sched.schedule([a, b], request)
+        assert "tokenize" not in decision.hints
+        assert decision.candidates["b"].precise is None  # scored by the approximate prefix scorer
+        assert decision.predicted("b") == decision._approximate(decision.candidates["b"])
+    finally:
+        await client.aclose()
+
+
+async def test_no_events_yet_means_no_round_trip(tokenizer: Tokenizer) -> None:
+    sched = scheduler("prefix-precise")
+    decision = await sched.schedule([worker("a", tokenizer.port), worker("b", tokenizer.port)],  # type: ignore[attr-defined]
+                                    chat("hello " * 100))
+    assert tokenizer.bodies == [] and "tokenize" not in decision.hints
+    sched._producers["tokenize"]._sets.apply_batch("a", 0, [])  # a publishes, but it is alone
+    decision = await sched.schedule([worker("a", tokenizer.port)], chat("hello " * 100))  # type: ignore[attr-defined]
+    assert tokenizer.bodies == [] and "tokenize" not in decision.hints
+
+
+# -- the service: built with routing.kv_events on ------------------------------------------
+def service(bind: str) -> Any:
+    from prometheus_client import CollectorRegistry
+
+    from gateway.config import StateSettings
+    from gateway.endpoints.registry import EndpointRegistry
+    from gateway.scheduling.service import SchedulingService
+    from gateway.state.memory import MemoryStore
+
+    routing = RoutingSettings(policy="prefix-precise", kv_events={"enabled": True, "bind": bind})
+    return SchedulingService(routing, StateSettings(), EndpointRegistry({}), metrics_registry=CollectorRegistry(),
+                             store=MemoryStore())
+
+
+def test_the_service_refuses_to_build_without_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "msgspec" else real(name, *a))
+    with pytest.raises(ConfigError, match="precise mode needs msgspec"):
+        service("tcp://127.0.0.1:1")
+
+
+async def test_the_service_binds_feeds_the_scheduler_and_a_restart_clears() -> None:
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    built = service(bind)
+    await built.start()
+    try:
+        assert built._kv_task is not None and built.kv_subscriber is not None
+        assert built.scheduler._producers["tokenize"]._sets is built.kv  # one set for subscriber and producer
+        built.kv.apply_batch("w", 0, [msgspec.to_builtins(stored(1, 2))])
+        assert built.kv.size("w") == 2
+        built._on_restart(worker("w"))
+        assert built.kv.size("w") == 0
+        taken = service(bind)  # the same address again: logged, no task, decisions fall back
+        await taken.start()
+        assert taken._kv_task is None
+        await taken.stop()
+    finally:
+        await built.stop()
+    assert built._kv_task is None
