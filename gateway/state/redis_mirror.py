@@ -108,7 +108,7 @@ class MirrorStore(RedisStore):
     def peek(self, endpoints: Sequence[str], key: PrefixKey) -> StoreView | None:
         """The mirror's answer; None for a prompt matched nowhere while misses ask Redis."""
         matched, holding = self.local.index.match_all(endpoints, key.blocks, key.affinity)
-        if (self._ask_on_miss and not holding and key.blocks and not any(matched.values())
+        if (self._ask_on_miss and endpoints and not holding and key.blocks and not any(matched.values())
                 and self._clock() >= self._retry_at):
             return None
         degraded = self.degraded
