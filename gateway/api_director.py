@@ -41,6 +41,7 @@ import orjson
 from gateway.attempt import Attempt, BufferedReply, Opener, Retry
 from gateway.errors import (
     GatewayError,
+    InvalidRequestError,
     ModelNotSupportedError,
     NoHealthyEndpointError,
     UpstreamError,
@@ -58,7 +59,12 @@ from gateway.protocol.typed_events import openai_usage
 from gateway.protocol.validation import check_content_type
 from gateway.relay import ClientDisconnected, StreamRelay
 from gateway.selection.route import Route
-from gateway.state.response_affinity import ResponseAffinity, StoredResponseUnavailableError, resolve
+from gateway.state.response_affinity import (
+    ResponseAffinity,
+    StoredResponseReadError,
+    StoredResponseUnavailableError,
+    resolve,
+)
 
 if TYPE_CHECKING:
     from gateway.config import Settings
@@ -104,6 +110,7 @@ class Outgoing:
         Raises :class:`~gateway.attempt.Retry` (the attempt still open) or UpstreamClientError (ended here).
         """
         api = self.api
+        attempt.blameless = api.state == "reads"  # a stored response's read: its failure is this request's
         try:
             if not self.stream or api.observer is None:
                 reply = await opener.buffered(attempt, self, exchange, route)  # type: ignore[arg-type]
@@ -115,8 +122,11 @@ class Outgoing:
             source = await opener.stream(attempt, self, exchange, route, observer)  # type: ignore[arg-type]
             if api.state == "creates" and observer.response_id and responses.stores(self.request):
                 await self._record([observer.response_id], attempt.endpoint.spec.name)
-        except Retry:
-            raise
+        except Retry as retry:
+            if not attempt.blameless:
+                raise
+            attempt.abandoned(retry.reason)
+            raise _read_failed(self.request, attempt.endpoint.spec.name, retry, self.stream) from None
         except BaseException:
             attempt.abandoned()
             raise
@@ -195,10 +205,15 @@ class ApiDirector:
         else:
             request = call.api.parse(raw, call.ident)
         assert isinstance(request, ApiRequest)
+        if call.api.name == responses.RETRIEVE and responses.streamed(call.query):
+            request.stream = True  # ``?stream=true``: relayed as it comes, as a create's stream
         pinned = await self._pinned(request) if request.state_id is not None else None
         view = request.prompt if request.prompt is not None else self._model_view(request, pinned, key)
         selector = proxy._selector
-        routed = await selector.select(view, key, headers)
+        try:
+            routed = await selector.select(view, key, headers)
+        except InvalidRequestError as error:
+            raise _own_fields(error, call.api) from None
         route = proxy.route_for(view, headers.get("x-failover-route"), routed.route)
         route = self.serving(route, call.api, view.model) if pinned is None else _pinned_route(route, pinned)
         admission = await proxy._gate.admit(
@@ -285,6 +300,20 @@ class ApiDirector:
         return Route(route.name, kept, failover=route.failover, reason=route.reason, timeouts=route.timeouts)
 
 
+_PROMPT_FIELD = {responses.CREATE: "input"}  # the API's own name for what chat calls ``messages``
+
+
+def _own_fields(error: InvalidRequestError, api: Api) -> InvalidRequestError:
+    """A selection error (``context_length_exceeded``) naming the API's own fields, not chat's."""
+    field = _PROMPT_FIELD.get(api.name)
+    if field is None or error.param != "messages":
+        return error
+    error.param = field
+    error.message = error.message.replace("the messages", f"the {field}")
+    error.args = (error.message,)
+    return error
+
+
 def _serves(cluster: Any) -> str:
     return getattr(cluster, "serves", "generate") if cluster is not None else "generate"
 
@@ -294,6 +323,32 @@ def _serves(cluster: Any) -> str:
 def _pinned_route(route: Route, pinned: Endpoint) -> Route:
     """The one-cluster, no-failover route to the endpoint holding the state."""
     return Route(route.name, (pinned.spec.cluster,), failover=False, reason="response_affinity", timeouts=route.timeouts)
+
+
+def _read_failed(request: ApiRequest, endpoint: str, retry: Retry, stream: bool) -> GatewayError:
+    """The error of a failed read of a stored response (retrieve, cancel, delete): never retried
+    elsewhere, never the breaker's (health checks catch a dead endpoint).
+
+    * not reached (refused, timed out): 503 ``stored_response_unavailable`` (the state is there only);
+    * a streamed retrieve whose stream broke before any event: 400 ``stream_not_available``, vLLM
+      0.32 answers 200 and cuts the body when the response was not created with
+      ``background: true, stream: true``;
+    * the endpoint's own 5xx: that status, its message (``upstream_error``); a 429: relayed;
+    * any other broken answer: 502 ``upstream_error``.
+    """
+    reason, error = retry.reason, retry.error
+    if reason in ("connect", "timeout"):
+        return _unavailable(request, endpoint, error.message.rstrip("."))
+    if reason == "http_429":
+        return error
+    if stream and reason in ("broken_body", "empty_body", "stream_error"):
+        return StoredResponseReadError(
+            f"Endpoint '{endpoint}' cannot stream response '{request.state_id}': it streams a retrieve only of a "
+            "response created with background=true and stream=true. Retrieve it without stream=true.",
+            status=400, param="stream",
+        )
+    status = int(reason[5:]) if reason.startswith("http_") and reason[5:].isdigit() else 502
+    return StoredResponseReadError(error.message, status=status if status >= 500 else 502)
 
 
 def _unavailable(request: ApiRequest, endpoint: str, why: str) -> StoredResponseUnavailableError:

@@ -6,7 +6,9 @@
   worker keeps responses (``SimConfig.responses_store``, as vLLM with
   ``VLLM_ENABLE_RESPONSES_API_STORE=1``; bounded to :data:`STORED_RESPONSES`, oldest out).
   ``GET /v1/responses/{id}`` returns a stored one, else 404 ``Response with id '...' not found.``
-  (also for an unknown ``previous_response_id``); ``POST .../cancel`` of a stored (synchronous)
+  (also for an unknown ``previous_response_id``); with ``?stream=true`` it is 200
+  ``text/event-stream`` and a body cut before its end (vLLM streams a retrieve only of a
+  ``background`` + ``stream`` response, which the simulator does not make); ``POST .../cancel`` of a stored (synchronous)
   response is vLLM's 400 ``Cannot cancel a synchronous response.``; ``DELETE`` is 405.
 - ``POST /v1/messages`` (stream and not) and ``/v1/messages/count_tokens``: Anthropic's shapes,
   errors included (``{"type": "error", "error": {...}}``).
@@ -224,7 +226,19 @@ async def get_response(request: web.Request, worker: SimWorker) -> web.Response:
     found = worker.responses.get(rid)
     if found is None:
         return _openai_error(_unknown_response(rid))
+    if request.query.get("stream", "").lower() == "true":  # every simulated response is synchronous
+        return await _broken_stream(request)
     return json_response(found[0])
+
+
+async def _broken_stream(request: web.Request) -> web.StreamResponse:
+    """vLLM 0.32's streamed retrieve of a response not made with ``background`` + ``stream``: 200
+    ``text/event-stream``, then the chunked body is cut before it is complete (recorded on vLLM-CPU)."""
+    response = web.StreamResponse(status=200, headers=_SSE)
+    await response.prepare(request)
+    if request.transport is not None:
+        request.transport.abort()
+    return response
 
 
 async def cancel_response(request: web.Request, worker: SimWorker) -> web.Response:

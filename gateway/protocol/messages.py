@@ -109,7 +109,7 @@ def _parse(raw: bytes, api: str) -> ApiRequest:
     stream = api == CREATE and body.get("stream") is True
     view = {**body, "user": metadata.get("user_id")} if metadata and isinstance(metadata.get("user_id"), str) else body
     prompt = chat_view(model, stream, view, raw, prompt_messages(body["system"] if "system" in body else None, messages),
-                       body.get("tools"))
+                       body.get("tools"), "max_tokens")
     return ApiRequest(api, model, stream, body, raw, prompt if api == CREATE else None)
 
 

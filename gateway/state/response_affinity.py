@@ -64,6 +64,23 @@ class StoredResponseUnavailableError(GatewayError):
     code = "stored_response_unavailable"
 
 
+class StoredResponseReadError(GatewayError):
+    """A read of a stored response (retrieve, cancel, delete) that its endpoint failed: that
+    request's outcome, never a reason to retry elsewhere. ``status``: the endpoint's own 5xx
+    (relayed), 502 for a broken answer, or 400 (``invalid_request_error``) for a streamed retrieve
+    the endpoint cannot stream."""
+
+    type = "server_error"
+    code = "upstream_error"
+
+    def __init__(self, message: str, *, status: int = 502, param: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message, param=param, headers=headers)
+        self.status = status
+        if status < 500:
+            self.type, self.code = "invalid_request_error", "stream_not_available"
+
+
 class ResponseAffinity(Protocol):
     """The seam: record where a response is stored, and look it up."""
 

@@ -1,0 +1,141 @@
+"""Issue 19's trial findings, with the official SDKs over simulated workers (as ``test_apis.py``).
+
+Covered: a stored response's reads (retrieve, a streamed retrieve vLLM cuts, cancel, delete) never
+open the endpoint's breaker and never answer a retryable 503 for the client's own request; Messages
+``max_tokens`` and Responses ``max_output_tokens`` are reserved and context-checked like chat's
+``max_tokens``; a stored response belongs to the key that made it; every error under
+``/v1/messages*`` has Anthropic's shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import threading
+
+import httpx
+import openai
+import pytest
+
+from tests.integration.test_apis import MODEL, Sim
+from tests.support.gateway import RunningGateway
+from tests.support.threads import wait_until
+
+ALICE, CAROL = "sk-kvgate-fix19-alice", "sk-kvgate-fix19-carol"
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Sim]:
+    made = Sim(MODEL)
+    made.thread.start()
+    yield made
+    made.thread.stop()
+
+
+def _gateway(sim: Sim, **extra: Any) -> RunningGateway:
+    data: dict[str, Any] = {
+        "auth": {"api_keys": [ALICE, CAROL]},
+        "upstream": {"max_retry_after_s": 0.05, "max_rate_limit_cooldown_s": 0},
+        "circuit": {"consecutive_failures": 2, "min_requests": 2, "cooldown_s": 60},
+        "health": {"unhealthy_threshold": 1_000_000},
+        "clusters": {"gen": {"endpoints": [{"name": "gen-0", "url": sim.url, "model": MODEL}]}},
+        "models": {MODEL: {"cluster": "gen"}},
+        **extra,
+    }
+    return RunningGateway(data, health_checks=False).start()
+
+
+@pytest.fixture(scope="module")
+def kvgate(sim: Sim) -> Iterator[RunningGateway]:
+    gateway = _gateway(sim)
+    yield gateway
+    gateway.stop()
+
+
+def _client(gateway: RunningGateway, key: str = ALICE) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0, timeout=30)
+
+
+def test_streamed_retrieves_vllm_cuts_never_open_the_breaker(kvgate: RunningGateway) -> None:
+    """vLLM answers a streamed retrieve of a synchronous response with 200 and a cut body: a 400
+    naming ``stream`` for that client, and the one endpoint stays closed for everyone else."""
+    with _client(kvgate) as client:
+        stored = client.responses.create(model=MODEL, input="hi", max_output_tokens=2)
+        for _ in range(5):  # the breaker opens after 2 failures in a row
+            with pytest.raises(openai.BadRequestError) as refused:
+                client.responses.retrieve(stored.id, stream=True)
+            assert refused.value.code == "stream_not_available" and refused.value.param == "stream"
+        assert kvgate.endpoint("gen-0").breaker.available()
+        assert client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
+                                              max_tokens=1).choices
+        assert client.responses.retrieve(stored.id).id == stored.id
+    assert kvgate.metric("kvgate_upstream_failures_total", endpoint="gen-0", reason="broken_body") >= 5
+
+
+def test_a_refused_read_is_unavailable_but_not_the_breakers(sim: Sim) -> None:
+    """The endpoint holding a response is gone: 503 ``stored_response_unavailable`` for its reads,
+    and its breaker still hears nothing from them (health checks judge the endpoint)."""
+    gateway = _gateway(sim)
+    try:
+        with _client(gateway) as client:
+            stored = client.responses.create(model=MODEL, input="hi", max_output_tokens=2)
+        endpoint = gateway.endpoint("gen-0")
+        real = endpoint.spec.base_url
+        object.__setattr__(endpoint.spec, "base_url", "http://127.0.0.1:9/v1")  # refuses connections
+        try:
+            headers = {"authorization": f"Bearer {ALICE}"}
+            for _ in range(4):
+                reply = httpx.get(f"{gateway.url}/v1/responses/{stored.id}", headers=headers, timeout=30)
+                assert reply.status_code == 503 and reply.json()["error"]["code"] == "stored_response_unavailable"
+            assert endpoint.breaker.available()
+        finally:
+            object.__setattr__(endpoint.spec, "base_url", real)
+    finally:
+        gateway.stop()
+
+
+TIGHT = {"/v1/chat/completions": "sk-kvgate-fix19-t-chat", "/v1/messages": "sk-kvgate-fix19-t-msg",
+         "/v1/responses": "sk-kvgate-fix19-t-resp"}
+
+
+def _leave_after(url: str, body: dict[str, Any], headers: dict[str, str]) -> None:
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url, json=body, headers=headers, timeout=3)
+
+
+def test_output_caps_are_reserved_and_context_checked_like_chats() -> None:
+    """Messages ``max_tokens`` and Responses ``max_output_tokens`` reserve quota and count in the
+    context check as chat's ``max_tokens`` does; the context error names the API's own field."""
+    slow = Sim(MODEL, step_s=0.05)
+    slow.thread.start()
+    keys = [{"name": f"tight-{n}", "key": key, "tpm": 2000} for n, key in enumerate(TIGHT.values())]
+    gateway = _gateway(slow, auth={"api_keys": [ALICE], "keys": keys}, clusters={"gen": {
+        "max_context_tokens": 2048, "endpoints": [{"name": "gen-0", "url": slow.url, "model": MODEL}]}})
+    try:
+        user = [{"role": "user", "content": "hi"}]
+        bodies = {
+            "/v1/chat/completions": {"model": MODEL, "messages": user, "max_tokens": 1500},
+            "/v1/messages": {"model": MODEL, "messages": user, "max_tokens": 1500},
+            "/v1/responses": {"model": MODEL, "input": "hi", "max_output_tokens": 1500},
+        }
+        for path, body in bodies.items():  # while one reserves 1500 of 2000, a second cannot
+            headers = {"authorization": f"Bearer {TIGHT[path]}"}
+            held = threading.Thread(target=_leave_after, args=(gateway.url + path, body, headers))
+            held.start()  # the client leaves after 3 s: the engine stops
+            assert wait_until(lambda: gateway.endpoint("gen-0").in_flight > 0)
+            reply = httpx.post(gateway.url + path, json=body, headers=headers, timeout=30)
+            held.join()
+            assert reply.status_code == 429, (path, reply.text)
+            assert wait_until(lambda: gateway.endpoint("gen-0").in_flight == 0)
+        over = {"/v1/messages": ({**bodies["/v1/messages"], "max_tokens": 5000}, "messages"),
+                "/v1/responses": ({**bodies["/v1/responses"], "max_output_tokens": 5000}, "input")}
+        for path, (body, param) in over.items():  # kvgate's own check, before any upstream call
+            reply = httpx.post(gateway.url + path, json=body, headers={"authorization": f"Bearer {ALICE}"}, timeout=30)
+            assert reply.status_code == 400, (path, reply.text)
+            error = reply.json()["error"]
+            assert "5000 in the completion" in error["message"] and error.get("param", param) == param, error
+            assert f"in the {param}" in error["message"]
+    finally:
+        gateway.stop()
+        slow.thread.stop()
