@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.attempt import Attempt, BufferedReply, Opener, Retry
+from gateway.background_usage import BackgroundUsage
 from gateway.errors import (
     GatewayError,
     InvalidRequestError,
@@ -85,9 +86,11 @@ class Outgoing:
     :class:`~gateway.protocol.openai.InferenceRequest` it reads: ``operation.path``, ``stream``,
     ``wants_usage``, ``raw``, ``body_for``), and how one attempt on it is opened (:meth:`open`)."""
 
-    __slots__ = ("api", "request", "operation", "method", "stream", "raw", "wants_usage", "_affinity", "recorded")
+    __slots__ = ("api", "request", "operation", "method", "stream", "raw", "wants_usage", "_affinity", "recorded",
+                 "_background")
 
-    def __init__(self, call: ApiCall, request: ApiRequest, affinity: ResponseAffinity | None) -> None:
+    def __init__(self, call: ApiCall, request: ApiRequest, affinity: ResponseAffinity | None,
+                 background: BackgroundUsage | None = None) -> None:
         self.api: Api = call.api
         self.request = request
         self.operation = _Target(call.upstream_path)
@@ -96,6 +99,7 @@ class Outgoing:
         self.raw = request.raw
         self.wants_usage = True  # never add ``stream_options``: it is chat's and completions'
         self._affinity = affinity
+        self._background = background
         self.recorded: list[str] = []
 
     def body_for(self, served_model: str, ask_usage: bool = False) -> bytes:
@@ -115,8 +119,10 @@ class Outgoing:
             if not self.stream or api.observer is None:
                 reply = await opener.buffered(attempt, self, exchange, route)  # type: ignore[arg-type]
                 reply.reader = self._usage
-                if api.state == "creates" and reply.status == 200:
-                    await self._record_buffered(reply, attempt.endpoint.spec.name)
+                if reply.status == 200 and api.state == "creates":
+                    await self._record_buffered(reply, attempt.endpoint)
+                elif reply.status == 200 and self._background is not None and self.request.state_id in self._background:
+                    self._background.offer(_json(reply.body))  # a retrieve or cancel shows the end first
                 return reply
             observer = api.observer(opener.clock)
             source = await opener.stream(attempt, self, exchange, route, observer)  # type: ignore[arg-type]
@@ -149,12 +155,17 @@ class Outgoing:
         tokens = self.api.usage(parsed)
         return None if tokens is None else openai_usage(tokens)
 
-    async def _record_buffered(self, reply: BufferedReply, endpoint: str) -> None:
-        try:
-            parsed = orjson.loads(reply.body)
-        except orjson.JSONDecodeError:
+    async def _record_buffered(self, reply: BufferedReply, endpoint: Endpoint) -> None:
+        """Record the answer's ids; a background one still running keeps its exchange open for
+        :class:`~gateway.background_usage.BackgroundUsage` (settled with its real usage)."""
+        parsed = _json(reply.body)
+        if parsed is None:
             return
-        await self._record(responses.ids_to_record(self.request, parsed), endpoint)
+        await self._record(responses.ids_to_record(self.request, parsed), endpoint.spec.name)
+        background = self._background
+        if background is not None and responses.runs_in_background(self.request, parsed) and reply.exchange is not None:
+            background.watch(parsed["id"], reply.exchange, endpoint)
+            reply.exchange = None  # settle() ends the attempt only; the exchange ends with the response
 
     def _record_later(self, response: Any, endpoint: str) -> None:
         """At a stream's end: record the ids of its terminal response not recorded yet (its
@@ -177,6 +188,13 @@ class Outgoing:
             self.recorded.append(response_id)
 
 
+def _json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+
+
 class ApiDirector:
     """Directs every :class:`ApiCall` (see the module doc). One per app, on ``Proxy.apis``.
 
@@ -185,12 +203,14 @@ class ApiDirector:
     routed like any request and a ``state_id`` is a 404).
     """
 
-    __slots__ = ("_proxy", "_settings", "_affinity")
+    __slots__ = ("_proxy", "_settings", "_affinity", "background")
 
-    def __init__(self, proxy: Proxy, settings: Callable[[], Settings], affinity: ResponseAffinity | None) -> None:
+    def __init__(self, proxy: Proxy, settings: Callable[[], Settings], affinity: ResponseAffinity | None,
+                 background: BackgroundUsage | None = None) -> None:
         self._proxy = proxy
         self._settings = settings
         self._affinity = affinity
+        self.background = background  # background Responses, settled when they end (None: at the create)
 
     async def handle(
         self, call: ApiCall, headers: Mapping[str, str], raw: bytes, state: Any, watch: Watch, key: KeyRecord
@@ -221,7 +241,7 @@ class ApiDirector:
         )
         exchange = proxy._closeout.open(state.request_id, view.model, admission, state, call.api.name)
         selector.attach(exchange, routed)
-        outgoing = Outgoing(call, request, self._affinity)
+        outgoing = Outgoing(call, request, self._affinity, self.background)
         try:
             if proxy._admission is not None and pinned is None:  # a stored response's endpoint is never spilled from
                 route = await proxy.admit(route, exchange, key.name, headers, routed, watch)

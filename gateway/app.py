@@ -39,6 +39,7 @@ from gateway.endpoints.allowlist import ConnectGuard, Resolver, system_resolver
 from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedError
 from gateway.observability.metrics import GatewayMetrics
 from gateway.api_director import ApiDirector
+from gateway.background_usage import BackgroundUsage
 from gateway.attempt import Opener
 from gateway.closeout import CloseOut
 from gateway.observability.loop_lag import LoopLagMonitor
@@ -193,6 +194,22 @@ def _admission_gate(container: Container, routing: RoutingRuntime) -> AdmissionG
     )
 
 
+def _other_apis(container: Container, settings: Settings) -> BackgroundUsage:
+    """Put the director of the other APIs on ``container.proxy``; its background-Responses settler."""
+    background = BackgroundUsage(container.proxy._opener._upstream, poll_s=settings.state.background_poll_s,
+                                 max_s=settings.state.background_max_s, clock=time.monotonic)
+    container.proxy.apis = ApiDirector(container.proxy, lambda: container.settings, container.response_affinity,
+                                       background)
+    return background
+
+
+async def _close_apis(background: BackgroundUsage, offload: ParseOffload | None) -> None:
+    """Stop the background-Responses pollers (their exchanges settle) and the parse workers."""
+    await background.aclose()
+    if offload is not None:
+        await offload.aclose()
+
+
 def response_affinity(settings: Settings, redis: Any) -> ResponseAffinity:
     """Where stored responses are recorded -> their endpoint: this process's memory, or Redis
     (``[state] backend``), for ``response_ttl_s`` seconds, at most ``response_max_entries`` here."""
@@ -317,7 +334,7 @@ def create_app(
             client = NativeUpstream(settings.upstream, guard)
         container.upstream = client
         container.proxy = _director(container, routing, container.ops.wrap_upstream(client), offload)
-        container.proxy.apis = ApiDirector(container.proxy, lambda: container.settings, container.response_affinity)
+        background = _other_apis(container, settings)
         checker = HealthChecker(container.registry, client, settings.health, container.metrics, board=routing.board)
         task = asyncio.create_task(checker.run()) if health_checks else None
         await routing.start()
@@ -327,10 +344,9 @@ def create_app(
         try:
             yield
         finally:
+            await _close_apis(background, offload)  # before the key gate stops: their settlements are flushed
             if container.loop_lag is not None:
                 await container.loop_lag.stop()
-            if offload is not None:
-                await offload.aclose()
             await container.ops.stop()
             await routing.stop()
             if task is not None:

@@ -8,7 +8,9 @@
   ``GET /v1/responses/{id}`` returns a stored one, else 404 ``Response with id '...' not found.``
   (also for an unknown ``previous_response_id``); with ``?stream=true`` it is 200
   ``text/event-stream`` and a body cut before its end (vLLM streams a retrieve only of a
-  ``background`` + ``stream`` response, which the simulator does not make); ``POST .../cancel`` of a stored (synchronous)
+  ``background`` + ``stream`` response, which the simulator does not make). ``background: true``
+  (not streamed) answers ``status: queued, usage: null`` at once and stores the ``completed``
+  response (with its usage) when generated; ``POST .../cancel`` of a stored (synchronous)
   response is vLLM's 400 ``Cannot cancel a synchronous response.``; ``DELETE`` is 405.
 - ``POST /v1/messages`` (stream and not) and ``/v1/messages/count_tokens``: Anthropic's shapes,
   errors included (``{"type": "error", "error": {...}}``).
@@ -27,6 +29,7 @@ error event after N tokens and ``drop-after`` cuts the connection.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -192,6 +195,7 @@ async def create_response(request: web.Request, worker: SimWorker) -> web.Stream
         instructions = body.get("instructions") if isinstance(body.get("instructions"), str) else None
         handle = await _generate(worker, _tokens(worker, instructions, conversation), body.get("max_output_tokens"),
                                  body.get("cache_salt"))
+        later = False
         try:
             rid, item = worker.new_id("resp").replace("-", "_"), worker.new_id("msg").replace("-", "_")
             created = int(worker.clock.wall())
@@ -206,6 +210,13 @@ async def create_response(request: web.Request, worker: SimWorker) -> web.Stream
                     worker.responses.put(answer, [*conversation, {"role": "assistant", "content": text}])
                 return answer
 
+            if body.get("background") is True and body.get("stream") is not True:
+                queued = bodies.response_object(rid, created, worker.config.model, body, status="queued",
+                                                output=[], usage=None)
+                worker.responses.put(queued, conversation)
+                _run_later(worker, rid, handle, final)
+                later = True
+                return json_response(queued)
             if body.get("stream") is True:
                 skeleton = bodies.response_object(rid, created, worker.config.model, body, status="in_progress",
                                                   output=[], usage=None)
@@ -215,9 +226,31 @@ async def create_response(request: web.Request, worker: SimWorker) -> web.Stream
             await _until_done(handle)
             return json_response(final())
         finally:
-            worker.engine.abort(handle)
+            if not later:  # a background generation is aborted by its own task
+                worker.engine.abort(handle)
 
     return await _serve(worker, request, _openai_error, run)
+
+
+_BACKGROUND: set[asyncio.Task[None]] = set()  # background generations (kept from the GC)
+
+
+def _run_later(worker: SimWorker, rid: str, handle: GenerationHandle, final: Callable[[], dict[str, Any]]) -> None:
+    """A ``background`` response: generated after the answer; stored ``completed`` with its usage
+    when done (``final``), unless ``POST .../cancel`` stored it ``cancelled`` before that."""
+
+    async def run() -> None:
+        try:
+            await _until_done(handle)
+            stored = worker.responses.get(rid)
+            if stored is None or stored[0]["status"] != "cancelled":
+                final()
+        finally:
+            worker.engine.abort(handle)
+
+    task = asyncio.get_running_loop().create_task(run())
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
 
 
 async def get_response(request: web.Request, worker: SimWorker) -> web.Response:
@@ -242,10 +275,16 @@ async def _broken_stream(request: web.Request) -> web.StreamResponse:
 
 
 async def cancel_response(request: web.Request, worker: SimWorker) -> web.Response:
-    """``POST /v1/responses/{id}/cancel``: every simulated response is synchronous."""
+    """``POST /v1/responses/{id}/cancel``: a queued background one becomes ``cancelled``; any other
+    is vLLM's 400 for a synchronous response."""
     rid = request.match_info["response_id"]
-    if worker.responses.get(rid) is None:
+    found = worker.responses.get(rid)
+    if found is None:
         return _openai_error(_unknown_response(rid))
+    if found[0].get("background") and found[0]["status"] in ("queued", "in_progress"):
+        cancelled = {**found[0], "status": "cancelled"}
+        worker.responses.put(cancelled, found[1])
+        return json_response(cancelled)
     return json_response(error_body("Cannot cancel a synchronous response.", "invalid_request_error", 400,
                                     "response_id"), 400)
 

@@ -133,6 +133,13 @@ def ids_to_record(request: ApiRequest, response: Any) -> list[str]:
     return ids
 
 
+def runs_in_background(request: ApiRequest, response: Any) -> bool:
+    """Whether ``response`` (the answer to a create) is a ``background`` response still running
+    (``queued`` / ``in_progress``): generated, and so charged, after the answer."""
+    return (request.body.get("background") is True and isinstance(response, dict)
+            and isinstance(response.get("id"), str) and response.get("status") in ("queued", "in_progress"))
+
+
 def parse_resource(api: str, response_id: str) -> ApiRequest:
     """The view of ``GET /v1/responses/{id}`` (``api`` = :data:`RETRIEVE`), ``.../cancel``
     (:data:`CANCEL`) or ``DELETE`` (:data:`DELETE`): no model, no body, ``state_id`` = the id.

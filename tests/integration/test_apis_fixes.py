@@ -139,3 +139,65 @@ def test_output_caps_are_reserved_and_context_checked_like_chats() -> None:
     finally:
         gateway.stop()
         slow.thread.stop()
+
+
+BG = "sk-kvgate-fix19-background"
+ADMIN = {"authorization": "Bearer sk-kvgate-fix19-admin"}
+
+
+def _background_gateway(sim: Sim, poll_s: float) -> RunningGateway:
+    return _gateway(sim, auth={"api_keys": [ALICE], "keys": [{"name": "bg", "key": BG, "tpm": 100_000}]},
+                    admin={"api_key": ADMIN["authorization"].removeprefix("Bearer ")},
+                    state={"background_poll_s": poll_s})
+
+
+def _record(gateway: RunningGateway, request_id: str) -> dict[str, Any] | None:
+    records = httpx.get(gateway.url + "/admin/requests?limit=50", headers=ADMIN, timeout=10).json()["data"]
+    return next((record for record in records if record["id"] == request_id), None)
+
+
+def _key_output_tokens(gateway: RunningGateway) -> int:
+    rows = httpx.get(gateway.url + "/admin/keys/cfg-bg/usage", headers=ADMIN, timeout=10).json()["data"]
+    return sum(row["output_tokens"] for row in rows)
+
+
+def test_a_background_response_is_charged_its_real_usage_once(sim: Sim) -> None:
+    """kvgate polls the holding endpoint until the background response ends, then settles the
+    create's exchange with the real usage: the record, the key's usage and the token metric."""
+    gateway = _background_gateway(sim, poll_s=0.05)
+    try:
+        with _client(gateway, BG) as client:
+            created = client.responses.with_raw_response.create(model=MODEL, input="Write", max_output_tokens=7,
+                                                                background=True)
+            assert created.parse().status == "queued" and created.parse().usage is None
+            request_id = created.headers["x-request-id"]
+            assert wait_until(lambda: (_record(gateway, request_id) or {}).get("completion_tokens") == 7)
+            assert client.responses.retrieve(created.parse().id).status == "incomplete"  # max_output_tokens reached
+        background = gateway.app.state.container.proxy.apis.background
+        assert (background.settled, background.gave_up) == (1, 0)
+        gate = gateway.app.state.container.ops.gate
+        assert wait_until(lambda: gate.queued == 0)
+        assert _key_output_tokens(gateway) == 7
+        assert gateway.metric("kvgate_tokens_total", kind="completion") >= 7
+    finally:
+        gateway.stop()
+
+
+def test_a_client_retrieve_that_sees_the_end_first_settles_it(sim: Sim) -> None:
+    """The poller waits long; the client's retrieve shows the end first and settles it, once;
+    one still running at shutdown finishes with its reservation as the charge."""
+    gateway = _background_gateway(sim, poll_s=600)
+    try:
+        with _client(gateway, BG) as client:
+            done = client.responses.create(model=MODEL, input="A", max_output_tokens=5, background=True)
+            assert wait_until(lambda: httpx.get(f"{sim.url}/responses/{done.id}", timeout=10).json()["status"]
+                              == "incomplete")  # generated in full (max_output_tokens reached)
+            background = gateway.app.state.container.proxy.apis.background
+            assert done.id in background
+            for _ in range(2):
+                assert client.responses.retrieve(done.id).usage.output_tokens == 5  # type: ignore[union-attr]
+            assert (background.settled, background.gave_up) == (1, 0) and done.id not in background
+            client.responses.create(model=MODEL, input="B", max_output_tokens=5, background=True)
+    finally:
+        gateway.stop()
+    assert (background.settled, background.gave_up) == (1, 1)
