@@ -52,6 +52,7 @@ from gateway.exchange import Exchange
 from gateway.proxy import end_failed, route_headers
 from gateway.keys.limits import estimate_prompt_tokens
 from gateway.keys.model import KeyRecord
+from gateway.keys.table import ANONYMOUS
 from gateway.protocol import responses
 from gateway.protocol.api_request import ApiRequest
 from gateway.protocol.apis import Api, ApiCall
@@ -64,6 +65,7 @@ from gateway.state.response_affinity import (
     ResponseAffinity,
     StoredResponseReadError,
     StoredResponseUnavailableError,
+    entry,
     resolve,
 )
 
@@ -87,10 +89,10 @@ class Outgoing:
     ``wants_usage``, ``raw``, ``body_for``), and how one attempt on it is opened (:meth:`open`)."""
 
     __slots__ = ("api", "request", "operation", "method", "stream", "raw", "wants_usage", "_affinity", "recorded",
-                 "_background")
+                 "_background", "_owner")
 
     def __init__(self, call: ApiCall, request: ApiRequest, affinity: ResponseAffinity | None,
-                 background: BackgroundUsage | None = None) -> None:
+                 background: BackgroundUsage | None = None, owner: str | None = None) -> None:
         self.api: Api = call.api
         self.request = request
         self.operation = _Target(call.upstream_path)
@@ -100,6 +102,7 @@ class Outgoing:
         self.wants_usage = True  # never add ``stream_options``: it is chat's and completions'
         self._affinity = affinity
         self._background = background
+        self._owner = owner  # the creating key's id, recorded with each stored id (None: no keys)
         self.recorded: list[str] = []
 
     def body_for(self, served_model: str, ask_usage: bool = False) -> bytes:
@@ -182,7 +185,7 @@ class Outgoing:
             return
         for response_id in ids:
             try:
-                await self._affinity.record(response_id, endpoint)
+                await self._affinity.record(response_id, entry(endpoint, self._owner))
             except GatewayError:
                 continue
             self.recorded.append(response_id)
@@ -227,7 +230,8 @@ class ApiDirector:
         assert isinstance(request, ApiRequest)
         if call.api.name == responses.RETRIEVE and responses.streamed(call.query):
             request.stream = True  # ``?stream=true``: relayed as it comes, as a create's stream
-        pinned = await self._pinned(request) if request.state_id is not None else None
+        owner = None if key is ANONYMOUS else key.id
+        pinned = await self._pinned(request, owner) if request.state_id is not None else None
         view = request.prompt if request.prompt is not None else self._model_view(request, pinned, key)
         selector = proxy._selector
         try:
@@ -241,7 +245,7 @@ class ApiDirector:
         )
         exchange = proxy._closeout.open(state.request_id, view.model, admission, state, call.api.name)
         selector.attach(exchange, routed)
-        outgoing = Outgoing(call, request, self._affinity, self.background)
+        outgoing = Outgoing(call, request, self._affinity, self.background, owner)
         try:
             if proxy._admission is not None and pinned is None:  # a stored response's endpoint is never spilled from
                 route = await proxy.admit(route, exchange, key.name, headers, routed, watch)
@@ -262,8 +266,8 @@ class ApiDirector:
                 raise
             raise _unavailable(outgoing.request, pinned.spec.name, error.message) from None
 
-    async def _pinned(self, request: ApiRequest) -> Endpoint:
-        """The endpoint holding ``request.state_id`` (404 / 503 from ``resolve`` otherwise)."""
+    async def _pinned(self, request: ApiRequest, owner: str | None) -> Endpoint:
+        """The endpoint holding ``request.state_id`` for the key ``owner`` (404 / 503 from ``resolve`` otherwise)."""
         assert request.state_id is not None
         registry = self._proxy._registry
         if self._affinity is None:
@@ -281,7 +285,7 @@ class ApiDirector:
                 return "unhealthy"
             return None
 
-        name = await resolve(self._affinity, request.state_id, responses.state_param(request), unavailable)
+        name = await resolve(self._affinity, request.state_id, responses.state_param(request), unavailable, owner)
         endpoint = registry.find(name)
         assert endpoint is not None
         return endpoint

@@ -201,3 +201,23 @@ def test_a_client_retrieve_that_sees_the_end_first_settles_it(sim: Sim) -> None:
     finally:
         gateway.stop()
     assert (background.settled, background.gave_up) == (1, 1)
+
+
+def test_a_stored_response_belongs_to_the_key_that_made_it(kvgate: RunningGateway) -> None:
+    """Another key gets 404 ``response_not_found`` for retrieve, cancel, delete and
+    ``previous_response_id``; the creator still reads and chains from it."""
+    with _client(kvgate, ALICE) as alice, _client(kvgate, CAROL) as carol:
+        stored = alice.responses.create(model=MODEL, input="secret", max_output_tokens=2)
+        calls = {
+            "retrieve": lambda: carol.responses.retrieve(stored.id),
+            "cancel": lambda: carol.responses.cancel(stored.id),
+            "delete": lambda: carol.responses.delete(stored.id),
+            "chain": lambda: carol.responses.create(model=MODEL, input="more", previous_response_id=stored.id),
+        }
+        for name, call in calls.items():
+            with pytest.raises(openai.NotFoundError) as missing:
+                call()
+            assert missing.value.code == "response_not_found", name
+        assert alice.responses.retrieve(stored.id).id == stored.id
+        assert alice.responses.create(model=MODEL, input="more", previous_response_id=stored.id,
+                                      max_output_tokens=2).output_text
