@@ -43,8 +43,10 @@ from gateway.background_usage import BackgroundUsage
 from gateway.errors import (
     GatewayError,
     InvalidRequestError,
+    MethodNotAllowedError,
     ModelNotSupportedError,
     NoHealthyEndpointError,
+    UpstreamClientError,
     UpstreamError,
     UpstreamTimeoutError,
 )
@@ -136,6 +138,11 @@ class Outgoing:
                 raise
             attempt.abandoned(retry.reason)
             raise _read_failed(self.request, attempt.endpoint.spec.name, retry, self.stream) from None
+        except UpstreamClientError as error:
+            attempt.abandoned()
+            if error.status != 405:
+                raise
+            raise _not_served(self, attempt.endpoint.spec.name, error) from None
         except BaseException:
             attempt.abandoned()
             raise
@@ -347,6 +354,17 @@ def _serves(cluster: Any) -> str:
 def _pinned_route(route: Route, pinned: Endpoint) -> Route:
     """The one-cluster, no-failover route to the endpoint holding the state."""
     return Route(route.name, (pinned.spec.cluster,), failover=False, reason="response_affinity", timeouts=route.timeouts)
+
+
+def _not_served(outgoing: Outgoing, endpoint: str, error: UpstreamClientError) -> MethodNotAllowedError:
+    """An endpoint's 405 (vLLM 0.32 has no ``DELETE /v1/responses/{id}``), with its ``Allow``."""
+    allowed = error.headers.get("Allow")
+    path = "/v1" + outgoing.operation.path.split("?", 1)[0]
+    return MethodNotAllowedError(
+        f"Endpoint '{endpoint}' does not serve {outgoing.method} {path}"
+        + (f"; it allows: {allowed}." if allowed else "."),
+        headers={"Allow": allowed} if allowed else None,
+    )
 
 
 def _read_failed(request: ApiRequest, endpoint: str, retry: Retry, stream: bool) -> GatewayError:

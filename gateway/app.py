@@ -44,6 +44,7 @@ from gateway.attempt import Opener
 from gateway.closeout import CloseOut
 from gateway.observability.loop_lag import LoopLagMonitor
 from gateway.operations import Operations
+from gateway.protocol import messages
 from gateway.protocol.apis import unknown_path
 from gateway.protocol.offload import ParseOffload
 from gateway.proxy import Proxy
@@ -86,22 +87,27 @@ class Container:
         return Response(orjson.dumps(content), status, media_type="application/json")
 
 
-def _error_response(error: GatewayError) -> Response:
-    """The OpenAI-shaped JSON response for ``error`` (the routes that are not inference; the edge renders those)."""
-    return Response(error.body(), error.status, error.headers, media_type="application/json")
+def _error_response(error: GatewayError, path: str = "") -> Response:
+    """The JSON response for ``error`` (the routes that are not inference; the edge renders those):
+    Anthropic's shape under ``/v1/messages``, OpenAI's everywhere else."""
+    body = messages.error_body(error) if messages.owns_path(path) else error.body()
+    return Response(body, error.status, error.headers, media_type="application/json")
 
 
 async def _on_gateway_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, GatewayError)
-    return _error_response(error)
+    return _error_response(error, request.url.path)
 
 
 async def _on_http_exception(request: Request, error: Exception) -> Response:
     assert isinstance(error, StarletteHTTPException)
-    if error.status_code == 405:
-        return _error_response(MethodNotAllowedError(f"Method {request.method} is not allowed on {request.url.path}."))
+    path = request.url.path
+    if error.status_code == 405:  # Starlette's carries the route's ``Allow``
+        allowed = (error.headers or {}).get("Allow") or (error.headers or {}).get("allow")
+        text = f"Method {request.method} is not allowed on {path}" + (f"; allowed: {allowed}." if allowed else ".")
+        return _error_response(MethodNotAllowedError(text, headers={"Allow": allowed} if allowed else None), path)
     if error.status_code == 404:
-        return _error_response(unknown_path(request.method, request.url.path))
+        return _error_response(unknown_path(request.method, path), path)
     if 400 <= error.status_code < 500:  # e.g. FastAPI's 400 for a body that is not JSON
         invalid = InvalidRequestError(str(error.detail))
         invalid.status = error.status_code

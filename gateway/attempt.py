@@ -307,6 +307,8 @@ class Opener:
             message = f"Upstream endpoint '{endpoint.name}' answered a redirect (HTTP {status}); kvgate does not follow redirects."
             raise Retry(UpstreamError(message), f"http_{status}")
         kept = failover.rate_limit_headers(response.headers)
+        if status == 405 and response.headers.get("allow"):  # the methods the endpoint serves there
+            kept["Allow"] = response.headers["allow"]
         if verdict is failover.CLIENT_ERROR:
             raise UpstreamClientError(status, raw, kept)
         wait = failover.retry_after_s(kept.get("retry-after"), self._max_retry_after_s)

@@ -61,8 +61,9 @@ def invalid(message: str, param: str | None = None) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
 
 
-def load_object(raw: bytes) -> dict[str, Any]:
-    """``raw`` parsed as a JSON object, nesting bounded (:func:`~gateway.protocol.validation.check_depth`).
+def load_object(raw: bytes, service: str = "The OpenAI API") -> dict[str, Any]:
+    """``raw`` parsed as a JSON object, nesting bounded (:func:`~gateway.protocol.validation.check_depth`);
+    ``service`` is named in the bad-JSON hint (Messages: ``"The Messages API"``).
 
     Raises:
         InvalidRequestError: not JSON, not an object, or nested too deep.
@@ -72,7 +73,7 @@ def load_object(raw: bytes) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         raise invalid(
             "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
-            "using your HTTP library correctly. The OpenAI API expects a JSON payload.)"
+            f"using your HTTP library correctly. {service} expects a JSON payload.)"
         ) from None
     if not isinstance(body, dict):
         raise invalid("The request body must be a JSON object.")

@@ -221,3 +221,49 @@ def test_a_stored_response_belongs_to_the_key_that_made_it(kvgate: RunningGatewa
         assert alice.responses.retrieve(stored.id).id == stored.id
         assert alice.responses.create(model=MODEL, input="more", previous_response_id=stored.id,
                                       max_output_tokens=2).output_text
+
+
+def test_every_error_under_messages_has_anthropics_shape(kvgate: RunningGateway) -> None:
+    """405, unknown subpaths, bad JSON and a missing key under ``/v1/messages*``: Anthropic's shape
+    and wording; ``anthropic-version`` of any value is accepted."""
+    headers = {"x-api-key": ALICE}
+    cases = [
+        (httpx.get(kvgate.url + "/v1/messages", headers=headers, timeout=10), 405),
+        (httpx.post(kvgate.url + "/v1/messages/batches", headers=headers, json={}, timeout=10), 404),
+        (httpx.post(kvgate.url + "/v1/messages/", headers=headers, json={}, timeout=10), 404),
+        (httpx.post(kvgate.url + "/v1/messages", headers={**headers, "content-type": "application/json"},
+                    content=b"{nope", timeout=10), 400),
+        (httpx.post(kvgate.url + "/v1/messages", json={}, timeout=10), 401),
+    ]
+    for reply, status in cases:
+        assert reply.status_code == status, reply.text
+        body = reply.json()
+        assert body["type"] == "error" and isinstance(body["error"]["type"], str), body
+    assert cases[0][0].headers["allow"] == "POST"
+    assert "OpenAI" not in cases[3][0].json()["error"]["message"]
+    assert "x-api-key" in cases[4][0].json()["error"]["message"]
+    anthropic = pytest.importorskip("anthropic")
+    with anthropic.Anthropic(base_url=kvgate.url, api_key=ALICE, max_retries=0, timeout=30,
+                             default_headers={"anthropic-version": "1999-01-01"}) as client:
+        assert client.messages.create(model=MODEL, max_tokens=2, messages=[{"role": "user", "content": "x"}]).content
+
+
+def test_405s_carry_allow_and_head_is_answered_where_get_is(kvgate: RunningGateway) -> None:
+    for method, path in (("GET", "/v1/chat/completions"), ("POST", "/v1/models"), ("POST", "/health")):
+        reply = httpx.request(method, kvgate.url + path, timeout=10)
+        assert reply.status_code == 405 and reply.headers.get("allow"), (method, path, reply.headers)
+        assert reply.json()["error"]["code"] == "method_not_allowed"
+    for path in ("/health", "/ready", "/metrics", "/v1/models"):
+        reply = httpx.head(kvgate.url + path, headers={"authorization": f"Bearer {ALICE}"}, timeout=10)
+        assert reply.status_code in (200, 503) and reply.content == b"", path
+
+
+def test_engine_errors_on_messages_get_anthropics_types(kvgate: RunningGateway) -> None:
+    """vLLM writes its own type (``BadRequestError``) in Anthropic's shape; kvgate relays the
+    message with Anthropic's type for the status."""
+    anthropic = pytest.importorskip("anthropic")
+    with anthropic.Anthropic(base_url=kvgate.url, api_key=ALICE, max_retries=0, timeout=30) as client, \
+            pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(model=MODEL, max_tokens=200_000, messages=[{"role": "user", "content": "x"}])
+    error = refused.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "invalid_request_error" and "maximum context length" in error["message"]
