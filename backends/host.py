@@ -135,14 +135,14 @@ def _support(facts: HostFacts, dtype: str, head_dim: int | None) -> Support:
     if head_dim is not None and head_dim % 32 != 0 and head_dim % 16 == 0:
         return Support(dtype, False, f"FP8 KV cache on CPU needs a head size divisible by 32; this model's is {head_dim}")
     if facts.amx or facts.avx512:
-        return Support(dtype, True, f"FP8 KV cache on CPU needs AVX-512 or AMX; this CPU has {facts.isa()}")
+        return Support(dtype, True, f"this CPU has {facts.isa()}, which runs an FP8 KV cache (it needs AVX-512 or AMX)")
     return Support(dtype, False, f"FP8 KV cache needs AVX-512 or AMX on CPU; this CPU has {facts.isa()}")
 
 
 def _gpu_fp8(capability: tuple[int, int], dtype: str) -> Support:
     version = f"{capability[0]}.{capability[1]}"
     if capability >= FP8_MIN_GPU_CAPABILITY:
-        return Support(dtype, True, f"native FP8 needs compute capability 8.9+; this GPU has {version}")
+        return Support(dtype, True, f"this GPU has compute capability {version}, which runs native FP8 (it needs 8.9+)")
     if dtype == "fp8_e5m2":
         return Support(dtype, True, f"fp8_e5m2 is served by vLLM's Triton attention at compute capability {version}")
     return Support(dtype, False, f"FP8 (E4M3) KV cache needs compute capability 8.9+ on GPU; this GPU has {version}")

@@ -39,10 +39,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.attempt import Attempt, BufferedReply, Opener, Retry
+from gateway.background_usage import BackgroundUsage
 from gateway.errors import (
     GatewayError,
+    InvalidRequestError,
+    MethodNotAllowedError,
     ModelNotSupportedError,
     NoHealthyEndpointError,
+    UpstreamClientError,
     UpstreamError,
     UpstreamTimeoutError,
 )
@@ -50,6 +54,7 @@ from gateway.exchange import Exchange
 from gateway.proxy import end_failed, route_headers
 from gateway.keys.limits import estimate_prompt_tokens
 from gateway.keys.model import KeyRecord
+from gateway.keys.table import ANONYMOUS
 from gateway.protocol import responses
 from gateway.protocol.api_request import ApiRequest
 from gateway.protocol.apis import Api, ApiCall
@@ -58,7 +63,13 @@ from gateway.protocol.typed_events import openai_usage
 from gateway.protocol.validation import check_content_type
 from gateway.relay import ClientDisconnected, StreamRelay
 from gateway.selection.route import Route
-from gateway.state.response_affinity import ResponseAffinity, StoredResponseUnavailableError, resolve
+from gateway.state.response_affinity import (
+    ResponseAffinity,
+    StoredResponseReadError,
+    StoredResponseUnavailableError,
+    entry,
+    resolve,
+)
 
 if TYPE_CHECKING:
     from gateway.config import Settings
@@ -79,9 +90,11 @@ class Outgoing:
     :class:`~gateway.protocol.openai.InferenceRequest` it reads: ``operation.path``, ``stream``,
     ``wants_usage``, ``raw``, ``body_for``), and how one attempt on it is opened (:meth:`open`)."""
 
-    __slots__ = ("api", "request", "operation", "method", "stream", "raw", "wants_usage", "_affinity", "recorded")
+    __slots__ = ("api", "request", "operation", "method", "stream", "raw", "wants_usage", "_affinity", "recorded",
+                 "_background", "_owner")
 
-    def __init__(self, call: ApiCall, request: ApiRequest, affinity: ResponseAffinity | None) -> None:
+    def __init__(self, call: ApiCall, request: ApiRequest, affinity: ResponseAffinity | None,
+                 background: BackgroundUsage | None = None, owner: str | None = None) -> None:
         self.api: Api = call.api
         self.request = request
         self.operation = _Target(call.upstream_path)
@@ -90,6 +103,8 @@ class Outgoing:
         self.raw = request.raw
         self.wants_usage = True  # never add ``stream_options``: it is chat's and completions'
         self._affinity = affinity
+        self._background = background
+        self._owner = owner  # the creating key's id, recorded with each stored id (None: no keys)
         self.recorded: list[str] = []
 
     def body_for(self, served_model: str, ask_usage: bool = False) -> bytes:
@@ -104,19 +119,30 @@ class Outgoing:
         Raises :class:`~gateway.attempt.Retry` (the attempt still open) or UpstreamClientError (ended here).
         """
         api = self.api
+        attempt.blameless = api.state == "reads"  # a stored response's read: its failure is this request's
         try:
             if not self.stream or api.observer is None:
                 reply = await opener.buffered(attempt, self, exchange, route)  # type: ignore[arg-type]
                 reply.reader = self._usage
-                if api.state == "creates" and reply.status == 200:
-                    await self._record_buffered(reply, attempt.endpoint.spec.name)
+                if reply.status == 200 and api.state == "creates":
+                    await self._record_buffered(reply, attempt.endpoint)
+                elif reply.status == 200 and self._background is not None and self.request.state_id in self._background:
+                    self._background.offer(_json(reply.body))  # a retrieve or cancel shows the end first
                 return reply
             observer = api.observer(opener.clock)
             source = await opener.stream(attempt, self, exchange, route, observer)  # type: ignore[arg-type]
             if api.state == "creates" and observer.response_id and responses.stores(self.request):
                 await self._record([observer.response_id], attempt.endpoint.spec.name)
-        except Retry:
-            raise
+        except Retry as retry:
+            if not attempt.blameless:
+                raise
+            attempt.abandoned(retry.reason)
+            raise _read_failed(self.request, attempt.endpoint.spec.name, retry, self.stream) from None
+        except UpstreamClientError as error:
+            attempt.abandoned()
+            if error.status != 405:
+                raise
+            raise _not_served(self, attempt.endpoint.spec.name, error) from None
         except BaseException:
             attempt.abandoned()
             raise
@@ -139,12 +165,17 @@ class Outgoing:
         tokens = self.api.usage(parsed)
         return None if tokens is None else openai_usage(tokens)
 
-    async def _record_buffered(self, reply: BufferedReply, endpoint: str) -> None:
-        try:
-            parsed = orjson.loads(reply.body)
-        except orjson.JSONDecodeError:
+    async def _record_buffered(self, reply: BufferedReply, endpoint: Endpoint) -> None:
+        """Record the answer's ids; a background one still running keeps its exchange open for
+        :class:`~gateway.background_usage.BackgroundUsage` (settled with its real usage)."""
+        parsed = _json(reply.body)
+        if parsed is None:
             return
-        await self._record(responses.ids_to_record(self.request, parsed), endpoint)
+        await self._record(responses.ids_to_record(self.request, parsed), endpoint.spec.name)
+        background = self._background
+        if background is not None and responses.runs_in_background(self.request, parsed) and reply.exchange is not None:
+            background.watch(parsed["id"], reply.exchange, endpoint)
+            reply.exchange = None  # settle() ends the attempt only; the exchange ends with the response
 
     def _record_later(self, response: Any, endpoint: str) -> None:
         """At a stream's end: record the ids of its terminal response not recorded yet (its
@@ -161,10 +192,17 @@ class Outgoing:
             return
         for response_id in ids:
             try:
-                await self._affinity.record(response_id, endpoint)
+                await self._affinity.record(response_id, entry(endpoint, self._owner))
             except GatewayError:
                 continue
             self.recorded.append(response_id)
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
 
 
 class ApiDirector:
@@ -175,12 +213,14 @@ class ApiDirector:
     routed like any request and a ``state_id`` is a 404).
     """
 
-    __slots__ = ("_proxy", "_settings", "_affinity")
+    __slots__ = ("_proxy", "_settings", "_affinity", "background")
 
-    def __init__(self, proxy: Proxy, settings: Callable[[], Settings], affinity: ResponseAffinity | None) -> None:
+    def __init__(self, proxy: Proxy, settings: Callable[[], Settings], affinity: ResponseAffinity | None,
+                 background: BackgroundUsage | None = None) -> None:
         self._proxy = proxy
         self._settings = settings
         self._affinity = affinity
+        self.background = background  # background Responses, settled when they end (None: at the create)
 
     async def handle(
         self, call: ApiCall, headers: Mapping[str, str], raw: bytes, state: Any, watch: Watch, key: KeyRecord
@@ -195,10 +235,16 @@ class ApiDirector:
         else:
             request = call.api.parse(raw, call.ident)
         assert isinstance(request, ApiRequest)
-        pinned = await self._pinned(request) if request.state_id is not None else None
+        if call.api.name == responses.RETRIEVE and responses.streamed(call.query):
+            request.stream = True  # ``?stream=true``: relayed as it comes, as a create's stream
+        owner = None if key is ANONYMOUS else key.id
+        pinned = await self._pinned(request, owner) if request.state_id is not None else None
         view = request.prompt if request.prompt is not None else self._model_view(request, pinned, key)
         selector = proxy._selector
-        routed = await selector.select(view, key, headers)
+        try:
+            routed = await selector.select(view, key, headers)
+        except InvalidRequestError as error:
+            raise _own_fields(error, call.api) from None
         route = proxy.route_for(view, headers.get("x-failover-route"), routed.route)
         route = self.serving(route, call.api, view.model) if pinned is None else _pinned_route(route, pinned)
         admission = await proxy._gate.admit(
@@ -206,7 +252,7 @@ class ApiDirector:
         )
         exchange = proxy._closeout.open(state.request_id, view.model, admission, state, call.api.name)
         selector.attach(exchange, routed)
-        outgoing = Outgoing(call, request, self._affinity)
+        outgoing = Outgoing(call, request, self._affinity, self.background, owner)
         try:
             if proxy._admission is not None and pinned is None:  # a stored response's endpoint is never spilled from
                 route = await proxy.admit(route, exchange, key.name, headers, routed, watch)
@@ -227,8 +273,8 @@ class ApiDirector:
                 raise
             raise _unavailable(outgoing.request, pinned.spec.name, error.message) from None
 
-    async def _pinned(self, request: ApiRequest) -> Endpoint:
-        """The endpoint holding ``request.state_id`` (404 / 503 from ``resolve`` otherwise)."""
+    async def _pinned(self, request: ApiRequest, owner: str | None) -> Endpoint:
+        """The endpoint holding ``request.state_id`` for the key ``owner`` (404 / 503 from ``resolve`` otherwise)."""
         assert request.state_id is not None
         registry = self._proxy._registry
         if self._affinity is None:
@@ -246,7 +292,7 @@ class ApiDirector:
                 return "unhealthy"
             return None
 
-        name = await resolve(self._affinity, request.state_id, responses.state_param(request), unavailable)
+        name = await resolve(self._affinity, request.state_id, responses.state_param(request), unavailable, owner)
         endpoint = registry.find(name)
         assert endpoint is not None
         return endpoint
@@ -285,6 +331,20 @@ class ApiDirector:
         return Route(route.name, kept, failover=route.failover, reason=route.reason, timeouts=route.timeouts)
 
 
+_PROMPT_FIELD = {responses.CREATE: "input"}  # the API's own name for what chat calls ``messages``
+
+
+def _own_fields(error: InvalidRequestError, api: Api) -> InvalidRequestError:
+    """A selection error (``context_length_exceeded``) naming the API's own fields, not chat's."""
+    field = _PROMPT_FIELD.get(api.name)
+    if field is None or error.param != "messages":
+        return error
+    error.param = field
+    error.message = error.message.replace("the messages", f"the {field}")
+    error.args = (error.message,)
+    return error
+
+
 def _serves(cluster: Any) -> str:
     return getattr(cluster, "serves", "generate") if cluster is not None else "generate"
 
@@ -294,6 +354,43 @@ def _serves(cluster: Any) -> str:
 def _pinned_route(route: Route, pinned: Endpoint) -> Route:
     """The one-cluster, no-failover route to the endpoint holding the state."""
     return Route(route.name, (pinned.spec.cluster,), failover=False, reason="response_affinity", timeouts=route.timeouts)
+
+
+def _not_served(outgoing: Outgoing, endpoint: str, error: UpstreamClientError) -> MethodNotAllowedError:
+    """An endpoint's 405 (vLLM 0.32 has no ``DELETE /v1/responses/{id}``), with its ``Allow``."""
+    allowed = error.headers.get("Allow")
+    path = "/v1" + outgoing.operation.path.split("?", 1)[0]
+    return MethodNotAllowedError(
+        f"Endpoint '{endpoint}' does not serve {outgoing.method} {path}"
+        + (f"; it allows: {allowed}." if allowed else "."),
+        headers={"Allow": allowed} if allowed else None,
+    )
+
+
+def _read_failed(request: ApiRequest, endpoint: str, retry: Retry, stream: bool) -> GatewayError:
+    """The error of a failed read of a stored response (retrieve, cancel, delete): never retried
+    elsewhere, never the breaker's (health checks catch a dead endpoint).
+
+    * not reached (refused, timed out): 503 ``stored_response_unavailable`` (the state is there only);
+    * a streamed retrieve whose stream broke before any event: 400 ``stream_not_available``, vLLM
+      0.32 answers 200 and cuts the body when the response was not created with
+      ``background: true, stream: true``;
+    * the endpoint's own 5xx: that status, its message (``upstream_error``); a 429: relayed;
+    * any other broken answer: 502 ``upstream_error``.
+    """
+    reason, error = retry.reason, retry.error
+    if reason in ("connect", "timeout"):
+        return _unavailable(request, endpoint, error.message.rstrip("."))
+    if reason == "http_429":
+        return error
+    if stream and reason in ("broken_body", "empty_body", "stream_error"):
+        return StoredResponseReadError(
+            f"Endpoint '{endpoint}' cannot stream response '{request.state_id}': it streams a retrieve only of a "
+            "response created with background=true and stream=true. Retrieve it without stream=true.",
+            status=400, param="stream",
+        )
+    status = int(reason[5:]) if reason.startswith("http_") and reason[5:].isdigit() else 502
+    return StoredResponseReadError(error.message, status=status if status >= 500 else 502)
 
 
 def _unavailable(request: ApiRequest, endpoint: str, why: str) -> StoredResponseUnavailableError:

@@ -39,10 +39,12 @@ from gateway.endpoints.allowlist import ConnectGuard, Resolver, system_resolver
 from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedError
 from gateway.observability.metrics import GatewayMetrics
 from gateway.api_director import ApiDirector
+from gateway.background_usage import BackgroundUsage
 from gateway.attempt import Opener
 from gateway.closeout import CloseOut
 from gateway.observability.loop_lag import LoopLagMonitor
 from gateway.operations import Operations
+from gateway.protocol import messages
 from gateway.protocol.apis import unknown_path
 from gateway.protocol.offload import ParseOffload
 from gateway.proxy import Proxy
@@ -85,22 +87,27 @@ class Container:
         return Response(orjson.dumps(content), status, media_type="application/json")
 
 
-def _error_response(error: GatewayError) -> Response:
-    """The OpenAI-shaped JSON response for ``error`` (the routes that are not inference; the edge renders those)."""
-    return Response(error.body(), error.status, error.headers, media_type="application/json")
+def _error_response(error: GatewayError, path: str = "") -> Response:
+    """The JSON response for ``error`` (the routes that are not inference; the edge renders those):
+    Anthropic's shape under ``/v1/messages``, OpenAI's everywhere else."""
+    body = messages.error_body(error) if messages.owns_path(path) else error.body()
+    return Response(body, error.status, error.headers, media_type="application/json")
 
 
 async def _on_gateway_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, GatewayError)
-    return _error_response(error)
+    return _error_response(error, request.url.path)
 
 
 async def _on_http_exception(request: Request, error: Exception) -> Response:
     assert isinstance(error, StarletteHTTPException)
-    if error.status_code == 405:
-        return _error_response(MethodNotAllowedError(f"Method {request.method} is not allowed on {request.url.path}."))
+    path = request.url.path
+    if error.status_code == 405:  # Starlette's carries the route's ``Allow``
+        allowed = (error.headers or {}).get("Allow") or (error.headers or {}).get("allow")
+        text = f"Method {request.method} is not allowed on {path}" + (f"; allowed: {allowed}." if allowed else ".")
+        return _error_response(MethodNotAllowedError(text, headers={"Allow": allowed} if allowed else None), path)
     if error.status_code == 404:
-        return _error_response(unknown_path(request.method, request.url.path))
+        return _error_response(unknown_path(request.method, path), path)
     if 400 <= error.status_code < 500:  # e.g. FastAPI's 400 for a body that is not JSON
         invalid = InvalidRequestError(str(error.detail))
         invalid.status = error.status_code
@@ -196,6 +203,22 @@ def _admission_gate(container: Container, routing: RoutingRuntime) -> AdmissionG
         lambda: container.settings.admission, queue, loads=loads, service_s=service_s, price_usd=price_usd,
         first_token_s=first_token_s, quantile=settings.route_selection.wait_quantile, metrics=metrics,
     )
+
+
+def _other_apis(container: Container, settings: Settings) -> BackgroundUsage:
+    """Put the director of the other APIs on ``container.proxy``; its background-Responses settler."""
+    background = BackgroundUsage(container.proxy._opener._upstream, poll_s=settings.state.background_poll_s,
+                                 max_s=settings.state.background_max_s, clock=time.monotonic)
+    container.proxy.apis = ApiDirector(container.proxy, lambda: container.settings, container.response_affinity,
+                                       background)
+    return background
+
+
+async def _close_apis(background: BackgroundUsage, offload: ParseOffload | None) -> None:
+    """Stop the background-Responses pollers (their exchanges settle) and the parse workers."""
+    await background.aclose()
+    if offload is not None:
+        await offload.aclose()
 
 
 def response_affinity(settings: Settings, redis: Any) -> ResponseAffinity:
@@ -322,7 +345,7 @@ def create_app(
             client = NativeUpstream(settings.upstream, guard)
         container.upstream = client
         container.proxy = _director(container, routing, container.ops.wrap_upstream(client), offload)
-        container.proxy.apis = ApiDirector(container.proxy, lambda: container.settings, container.response_affinity)
+        background = _other_apis(container, settings)
         checker = HealthChecker(container.registry, client, settings.health, container.metrics, board=routing.board)
         task = asyncio.create_task(checker.run()) if health_checks else None
         await routing.start()
@@ -332,10 +355,9 @@ def create_app(
         try:
             yield
         finally:
+            await _close_apis(background, offload)  # before the key gate stops: their settlements are flushed
             if container.loop_lag is not None:
                 await container.loop_lag.stop()
-            if offload is not None:
-                await offload.aclose()
             await container.ops.stop()
             await routing.stop()
             if task is not None:

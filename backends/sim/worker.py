@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from backends.sim.apis import ResponseStore
+from backends.sim.response_store import ResponseStore
 from backends.sim.clock import Clock, LoopClock
 from backends.sim.engine import SimEngine
 from backends.sim.faults import Fault, FaultInjector

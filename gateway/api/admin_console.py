@@ -77,7 +77,7 @@ def _serve(name: str) -> Response:
     return Response(_asset(name), media_type=_ASSETS[name], headers=_SECURITY_HEADERS)
 
 
-@console.get("")
+@console.api_route("", methods=["GET", "HEAD"])
 async def console_page() -> Response:
     return _serve("index.html")
 

@@ -45,7 +45,7 @@ from opentelemetry.trace import Tracer
 from gateway.api.access import PAYLOAD_LIMIT
 from gateway.api.middleware import incoming_request_id, new_request_id
 from gateway.closeout import access_line
-from gateway.errors import GatewayError, PayloadTooLargeError
+from gateway.errors import AuthenticationError, GatewayError, PayloadTooLargeError
 from gateway.observability.tracing import CURRENT, RequestTrace
 from gateway.protocol import messages
 from gateway.protocol.apis import ApiCall
@@ -222,8 +222,7 @@ class Edge:
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(scope["headers"])}
         try:
             try:
-                authorization = headers.get("authorization") if type(operation) is not ApiCall else _authorization(operation, headers)
-                key = container.ops.gate.authenticate(authorization)  # 401 before reading a body
+                key = _authenticate(container.ops.gate, operation, headers)  # 401 before reading a body
                 limit = container.settings.server.max_body_bytes
                 check_body_size(headers.get("content-length"), 0, limit)
                 raw = await door.read_body(limit)
@@ -292,6 +291,23 @@ def _authorization(operation: ApiCall, headers: dict[str, str]) -> str | None:
         key = messages.client_key(headers)
         return f"Bearer {key}" if key else None
     return headers.get("authorization")
+
+
+def _authenticate(gate: Any, operation: Operation | ApiCall, headers: dict[str, str]) -> Any:
+    """The request's key (``gate.authenticate``); on an API that takes ``x-api-key``, a missing
+    key's 401 says so (the ``anthropic`` SDK sends no ``Authorization``)."""
+    if type(operation) is not ApiCall:
+        return gate.authenticate(headers.get("authorization"))
+    authorization = _authorization(operation, headers)
+    try:
+        return gate.authenticate(authorization)
+    except AuthenticationError as error:
+        if authorization is not None or not operation.api.client_headers:
+            raise
+        raise AuthenticationError(
+            "You didn't provide an API key. Send it in the x-api-key header (as the anthropic SDK does) "
+            "or as Authorization: Bearer YOUR_KEY.", headers=error.headers,
+        ) from None
 
 
 def _with_id(headers: Headers, raw_id: bytes) -> Headers:

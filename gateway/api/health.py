@@ -27,7 +27,8 @@ async def health_head() -> Response:
     return Response(status_code=200)
 
 
-@router.get("/ready", summary="Readiness: at least one healthy endpoint", responses={503: {"description": "No healthy endpoint"}})
+@router.api_route("/ready", methods=["GET", "HEAD"], summary="Readiness: at least one healthy endpoint",
+                  responses={503: {"description": "No healthy endpoint"}})  # HEAD: the same status, no body
 async def ready(request: Request) -> dict[str, object]:
     healthy = request.app.state.container.registry.healthy_count()
     if healthy == 0:
@@ -35,7 +36,7 @@ async def ready(request: Request) -> dict[str, object]:
     return {"status": "ready", "healthy_endpoints": healthy}
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+@router.api_route("/metrics", methods=["GET", "HEAD"], summary="Prometheus metrics", response_class=Response)
 async def metrics(request: Request) -> Response:
     container = request.app.state.container
     if not container.settings.metrics.enabled:

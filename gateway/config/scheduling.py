@@ -249,6 +249,14 @@ class StateSettings(_Section):
     response_max_entries: int = Field(
         100_000, ge=1, description="Stored-response records this replica keeps in memory (oldest out)."
     )
+    background_poll_s: float = Field(
+        1.0, gt=0, description="A background Response is polled on its endpoint this long after its create, then "
+        "at doubling intervals (at most 30 s), until it ends and its key is charged its real usage.",
+    )
+    background_max_s: float = Field(
+        3600.0, gt=0, description="A background Response is polled for at most this long; then its reservation "
+        "stays as its charge.",
+    )
 
     @model_validator(mode="after")
     def _url_for_redis(self) -> StateSettings:

@@ -61,8 +61,9 @@ def invalid(message: str, param: str | None = None) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
 
 
-def load_object(raw: bytes) -> dict[str, Any]:
-    """``raw`` parsed as a JSON object, nesting bounded (:func:`~gateway.protocol.validation.check_depth`).
+def load_object(raw: bytes, service: str = "The OpenAI API") -> dict[str, Any]:
+    """``raw`` parsed as a JSON object, nesting bounded (:func:`~gateway.protocol.validation.check_depth`);
+    ``service`` is named in the bad-JSON hint (Messages: ``"The Messages API"``).
 
     Raises:
         InvalidRequestError: not JSON, not an object, or nested too deep.
@@ -72,7 +73,7 @@ def load_object(raw: bytes) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         raise invalid(
             "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
-            "using your HTTP library correctly. The OpenAI API expects a JSON payload.)"
+            f"using your HTTP library correctly. {service} expects a JSON payload.)"
         ) from None
     if not isinstance(body, dict):
         raise invalid("The request body must be a JSON object.")
@@ -103,15 +104,20 @@ def optional(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str
 
 
 def chat_view(model: str, stream: bool, body: dict[str, Any], raw: bytes,
-              messages: list[dict[str, Any]], tools: Any = None) -> InferenceRequest:
+              messages: list[dict[str, Any]], tools: Any = None, output_cap: str | None = None) -> InferenceRequest:
     """A chat-shaped :class:`InferenceRequest` over ``messages`` for the hasher and the selector.
 
     Carries the fields those read besides the messages: ``tools``, ``cache_salt``,
-    ``prompt_cache_key``, ``user`` and the reasoning switches (``reasoning``).
+    ``prompt_cache_key``, ``user``, the reasoning switches (``reasoning``) and, as chat's
+    ``max_tokens``, the API's own output cap ``body[output_cap]`` (Messages ``max_tokens``,
+    Responses ``max_output_tokens``): the key's quota reserves it and kvgate's context-length
+    check counts it, as for chat.
     """
     view: dict[str, Any] = {"model": model, "messages": messages}
     if tools:
         view["tools"] = tools
+    if output_cap is not None and body.get(output_cap) is not None:
+        view["max_tokens"] = body[output_cap]
     for name in ("cache_salt", "prompt_cache_key", "user", "reasoning"):
         value = body.get(name)
         if value is not None:

@@ -82,7 +82,7 @@ APIS: tuple[Api, ...] = (
     Api(responses.CREATE, "POST", ("/v1/responses",), _body(responses.parse_create), responses.usage_of,
         responses.ResponsesStreamObserver, hashed=True, state="creates"),
     Api(responses.RETRIEVE, "GET", ("/v1/responses/{id}",), _resource(responses.RETRIEVE), lambda _: None,
-        state="reads"),
+        responses.ResponsesReadObserver, state="reads"),
     Api(responses.CANCEL, "POST", ("/v1/responses/{id}/cancel",), _resource(responses.CANCEL), lambda _: None,
         state="reads"),
     Api(responses.DELETE, "DELETE", ("/v1/responses/{id}",), _resource(responses.DELETE), lambda _: None,

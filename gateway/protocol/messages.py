@@ -26,8 +26,15 @@ input = ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``
 
 **Errors** on these paths have Anthropic's shape, never OpenAI's:
 ``{"type": "error", "error": {"type": "invalid_request_error", "message": ...}}``
-(:func:`error_body`; the type follows the status as Anthropic names them). An endpoint's own
-error in that shape is relayed as it came. In a stream: ``event: error`` with the same object.
+(:func:`error_body`; the type follows the status as Anthropic names them: 400
+``invalid_request_error``, 401 ``authentication_error``, 403 ``permission_error``, 404
+``not_found_error``, 413 ``request_too_large``, 429 ``rate_limit_error``, 503 (kvgate's
+``no_healthy_endpoint``, with ``Retry-After``) and 529 ``overloaded_error``, 504
+``timeout_error``, any other 5xx ``api_error``), kvgate's 404 and 405 included. An
+endpoint's own error in that shape is relayed as it came when its type is one of Anthropic's;
+vLLM's own types (``BadRequestError``) get the status's type, the message kept. In a stream:
+``event: error`` with the same object. ``anthropic-version`` and ``anthropic-beta`` are read and
+ignored (any value is accepted; neither is forwarded).
 
 **Stream** (:class:`MessagesStreamObserver`): ``message_start``, ``content_block_start``,
 ``content_block_delta`` (the tokens), ``content_block_stop``, ``message_delta``,
@@ -58,6 +65,7 @@ _ERROR_TYPES = {
     500: "api_error", 502: "api_error", 503: "overloaded_error", 504: "timeout_error",
     529: "overloaded_error",
 }
+_TYPES = frozenset((*_ERROR_TYPES.values(), "billing_error"))  # Anthropic's own ``error.type`` names
 
 
 def client_key(headers: Mapping[str, str]) -> str | None:
@@ -91,7 +99,7 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
 
 
 def _parse(raw: bytes, api: str) -> ApiRequest:
-    body = load_object(raw)
+    body = load_object(raw, "The Messages API")
     model = require_model(body)
     if "messages" not in body:
         raise invalid("Missing required parameter: 'messages'.", "messages")
@@ -109,7 +117,7 @@ def _parse(raw: bytes, api: str) -> ApiRequest:
     stream = api == CREATE and body.get("stream") is True
     view = {**body, "user": metadata.get("user_id")} if metadata and isinstance(metadata.get("user_id"), str) else body
     prompt = chat_view(model, stream, view, raw, prompt_messages(body["system"] if "system" in body else None, messages),
-                       body.get("tools"))
+                       body.get("tools"), "max_tokens")
     return ApiRequest(api, model, stream, body, raw, prompt if api == CREATE else None)
 
 
@@ -166,17 +174,25 @@ def error_type(status: int) -> str:
     return "invalid_request_error" if status < 500 else "api_error"
 
 
-def error_body(error: GatewayError) -> bytes:
-    """``error`` in Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``.
+def owns_path(path: str) -> bool:
+    """Whether ``path`` is under ``/v1/messages`` (every error there has Anthropic's shape)."""
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
 
-    An endpoint's own error already in that shape is returned as it came.
+
+def error_body(error: GatewayError) -> bytes:
+    """``error`` in Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``, the
+    type by status (:func:`error_type`).
+
+    An endpoint's own error already in that shape, with one of Anthropic's types, is returned as
+    it came; vLLM's (``BadRequestError``, ...) gets the type of its status, its message kept.
     """
     if isinstance(error, UpstreamClientError) and error.raw is not None:
         try:
             parsed = orjson.loads(error.raw)
         except orjson.JSONDecodeError:
             parsed = None
-        if isinstance(parsed, dict) and parsed.get("type") == "error" and isinstance(parsed.get("error"), dict):
+        if (isinstance(parsed, dict) and parsed.get("type") == "error" and isinstance(parsed.get("error"), dict)
+                and parsed["error"].get("type") in _TYPES):
             return error.raw
     return orjson.dumps({"type": "error", "error": {"type": error_type(error.status), "message": error.message}})
 

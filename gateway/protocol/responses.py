@@ -7,6 +7,8 @@ answers 405, relayed as it comes). Reference: https://platform.openai.com/docs/a
 **Request** (:func:`parse_create`): ``model`` (required), ``input`` (required: a string or an
 array of input items), and the fields kvgate reads: ``stream``, ``instructions`` (string),
 ``previous_response_id`` (string), ``store``/``background`` (booleans), ``include`` (array),
+``max_output_tokens`` (an integer >= 1: reserved by the key's quota and counted by the
+context-length check, as chat's ``max_tokens``),
 ``tools`` (array), ``user``/``prompt_cache_key``/``cache_salt`` (strings), ``reasoning`` (object).
 Anything else passes through unchecked. :func:`parse_resource` makes the view of a request about
 a stored response (``{id}``: 1-128 characters of ``[A-Za-z0-9_-]``); it names no model and is
@@ -83,11 +85,14 @@ def parse_create(raw: bytes) -> ApiRequest:
     for name in _ARRAYS:
         optional(body, name, (list,), "an array")
     optional(body, "reasoning", (dict,), "an object")
+    cap = optional(body, "max_output_tokens", (int,), "an integer")
+    if cap is not None and cap < 1:
+        raise invalid("Invalid 'max_output_tokens': expected an integer of at least 1.", "max_output_tokens")
     stream = body.get("stream") is True
     previous = body.get("previous_response_id")
     if previous is not None:
         check_id(previous, "previous_response_id")
-    prompt = chat_view(model, stream, body, raw, prompt_messages(body), body.get("tools"))
+    prompt = chat_view(model, stream, body, raw, prompt_messages(body), body.get("tools"), "max_output_tokens")
     return ApiRequest(CREATE, model, stream, body, raw, prompt, previous or encrypted_item_id(body["input"]))
 
 
@@ -128,6 +133,13 @@ def ids_to_record(request: ApiRequest, response: Any) -> list[str]:
     return ids
 
 
+def runs_in_background(request: ApiRequest, response: Any) -> bool:
+    """Whether ``response`` (the answer to a create) is a ``background`` response still running
+    (``queued`` / ``in_progress``): generated, and so charged, after the answer."""
+    return (request.body.get("background") is True and isinstance(response, dict)
+            and isinstance(response.get("id"), str) and response.get("status") in ("queued", "in_progress"))
+
+
 def parse_resource(api: str, response_id: str) -> ApiRequest:
     """The view of ``GET /v1/responses/{id}`` (``api`` = :data:`RETRIEVE`), ``.../cancel``
     (:data:`CANCEL`) or ``DELETE`` (:data:`DELETE`): no model, no body, ``state_id`` = the id.
@@ -137,6 +149,11 @@ def parse_resource(api: str, response_id: str) -> ApiRequest:
     """
     check_id(response_id, "response_id")
     return ApiRequest(api, "", False, {}, b"", None, response_id)
+
+
+def streamed(query: bytes) -> bool:
+    """Whether a retrieve's query string asks for a stream (``stream=true``, as the SDK sends it)."""
+    return any(part.strip().lower() in (b"stream=true", b"stream=1") for part in query.split(b"&"))
 
 
 def check_id(value: str, param: str) -> None:
@@ -258,3 +275,12 @@ class ResponsesStreamObserver(TypedEventObserver):
                     "error": {"code": "server_error", "message": text}}
         payload = {"type": "response.failed", "sequence_number": number, "response": response}
         return self._separator() + b"event: response.failed\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+class ResponsesReadObserver(ResponsesStreamObserver):
+    """A streamed retrieve (``GET /v1/responses/{id}?stream=true``): the events of a response
+    charged at its create, so the read itself carries no usage (never an estimate either)."""
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}

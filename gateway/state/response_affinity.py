@@ -10,7 +10,8 @@ from an endpoint that lacks the history:
 
 - :class:`StoredResponseNotFoundError` (404 ``invalid_request_error``, code
   ``response_not_found``): kvgate has no record of the id (never stored through kvgate, or
-  older than the TTL);
+  older than the TTL), or another key created it (each record carries its creator's key id,
+  :func:`entry`; with no keys configured there is none and every client may use it);
 - :class:`StoredResponseUnavailableError` (503 ``server_error``, code
   ``stored_response_unavailable``): the endpoint that holds it is gone, down or its circuit is
   open; the state is gone with it (or until it is back).
@@ -64,16 +65,40 @@ class StoredResponseUnavailableError(GatewayError):
     code = "stored_response_unavailable"
 
 
+class StoredResponseReadError(GatewayError):
+    """A read of a stored response (retrieve, cancel, delete) that its endpoint failed: that
+    request's outcome, never a reason to retry elsewhere. ``status``: the endpoint's own 5xx
+    (relayed), 502 for a broken answer, or 400 (``invalid_request_error``) for a streamed retrieve
+    the endpoint cannot stream."""
+
+    type = "server_error"
+    code = "upstream_error"
+
+    def __init__(self, message: str, *, status: int = 502, param: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message, param=param, headers=headers)
+        self.status = status
+        if status < 500:
+            self.type, self.code = "invalid_request_error", "stream_not_available"
+
+
 class ResponseAffinity(Protocol):
     """The seam: record where a response is stored, and look it up."""
 
     async def record(self, response_id: str, endpoint: str) -> None:
-        """Remember that ``endpoint`` stores ``response_id`` (for ``ttl_s`` seconds)."""
+        """Remember that ``endpoint`` stores ``response_id`` (for ``ttl_s`` seconds); ``endpoint``
+        may carry its owner's key id (:func:`entry`)."""
         ...
 
     async def lookup(self, response_id: str) -> str | None:
-        """The endpoint name that stores ``response_id``, or None if unknown or expired."""
+        """The entry recorded for ``response_id`` (:func:`entry`), or None if unknown or expired."""
         ...
+
+
+def entry(endpoint: str, owner: str | None) -> str:
+    """What is recorded for a stored response: the endpoint's name, then a tab and the id of the
+    key that created it (none without keys: any client may then use it, as before)."""
+    return endpoint if not owner else f"{endpoint}\t{owner}"
 
 
 class MemoryResponseAffinity:
@@ -157,20 +182,23 @@ class RedisResponseAffinity:
 
 
 async def resolve(affinity: ResponseAffinity, response_id: str, param: str,
-                  unavailable: Callable[[str], str | None]) -> str:
+                  unavailable: Callable[[str], str | None], owner: str | None = None) -> str:
     """The endpoint to send a request that depends on ``response_id`` to.
 
     ``param``: the request field that named the id (``previous_response_id``, ``response_id``).
     ``unavailable(endpoint)``: None if the endpoint may be tried now, else why not (``"not in any
     cluster"``, ``"circuit open"``, ``"unhealthy"``, ...), from the director's snapshot.
+    ``owner``: the asking key's id; a response another key created is not found for it (404, as
+    OpenAI answers across projects). None (no keys configured): any recorded response is found.
 
     Raises:
         StoredResponseNotFoundError: no endpoint is known to store the response.
         StoredResponseUnavailableError: the endpoint that stores it cannot be tried now.
         StateStoreError: the shared store failed and this replica has no record of its own.
     """
-    endpoint = await affinity.lookup(response_id)
-    if endpoint is None:
+    found = await affinity.lookup(response_id)
+    endpoint, _, created_by = (found or "").partition("\t")
+    if found is None or (owner is not None and created_by and created_by != owner):
         raise StoredResponseNotFoundError(
             f"Response with id '{response_id}' not found: kvgate has no record of an endpoint storing it "
             "(it was not stored through this gateway, or its record expired).", param=param,

@@ -75,7 +75,7 @@ def test_default_on_avx2_falls_back_to_the_model_dtype_in_float32() -> None:
 def test_default_on_avx512_amx_is_fp8_with_the_checkpoint_dtype() -> None:
     choice = choose_dtypes(SPR, requested=None, **SMOLLM2)
     assert (choice.kv_cache_dtype, choice.dtype, choice.fell_back) == ("fp8", None, False)
-    assert choice.notice(93_184) == ("FP8 KV cache on CPU needs AVX-512 or AMX; this CPU has AMX: using fp8 (E4M3) KV, "
+    assert choice.notice(93_184) == ("this CPU has AMX, which runs an FP8 KV cache (it needs AVX-512 or AMX): using fp8 (E4M3) KV, "
                                      "93,184 tokens; bfloat16 weights: this CPU has native bfloat16")
 
 

@@ -125,7 +125,7 @@ def test_up_reports_a_failed_worker_by_its_root_cause_and_log(on_host, tmp_path:
     assert message[0] == ("kvgate: worker local-0: exited unexpectedly with code 1: "
                           "NotImplementedError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX.")
     assert "in _get_attn_isa" in message[1] and message[-1] == f"(log: {tmp_path / 'logs' / 'local-0.log'})"
-    assert "Traceback" not in err and "FP8 KV cache on CPU needs AVX-512 or AMX; this CPU has AMX: using fp8" in err
+    assert "Traceback" not in err and "this CPU has AMX, which runs an FP8 KV cache (it needs AVX-512 or AMX): using fp8" in err
 
 
 def test_workers_up_specs_carry_the_host_choice_and_refuse_a_file_asking_for_fp8(

@@ -78,9 +78,13 @@ def test_errors_have_anthropics_shape(error, kind: str) -> None:
     assert body == {"type": "error", "error": {"type": kind, "message": error.message}}
 
 
-def test_an_endpoints_anthropic_error_is_relayed_as_it_came() -> None:
-    recorded = (DATA / "msg_err.json").read_bytes()
-    assert messages.error_body(UpstreamClientError(404, recorded)) == recorded
+def test_an_endpoints_anthropic_error_gets_anthropics_type() -> None:
+    recorded = (DATA / "msg_err.json").read_bytes()  # vLLM's: its own type, NotFoundError
+    relayed = orjson.loads(messages.error_body(UpstreamClientError(404, recorded)))
+    assert relayed == {"type": "error", "error": {"type": "not_found_error",
+                                                  "message": orjson.loads(recorded)["error"]["message"]}}
+    own = b'{"type":"error","error":{"type":"overloaded_error","message":"busy"}}'
+    assert messages.error_body(UpstreamClientError(429, own)) == own  # Anthropic's own type: as it came
     wrapped = orjson.loads(messages.error_body(UpstreamClientError(400, b'{"error": {"message": "too long"}}')))
     assert wrapped == {"type": "error", "error": {"type": "invalid_request_error", "message": "too long"}}
 
