@@ -188,3 +188,28 @@ def test_an_unreachable_store_fails_open_or_closed_as_configured(
     finally:
         gateway.stop()
         dead.close()
+
+
+def test_an_open_stream_holds_its_max_tokens_against_tpm(pair: Pair, http: httpx.Client) -> None:
+    """A stream's reservation (prompt estimate + max_tokens) is held while it is open, as a buffered one's."""
+    import threading
+
+    first, second = pair
+    created = _create(first, http, tpm=2000)
+    assert wait_until(lambda: _known_everywhere(pair, created["id"]))
+    headers = {"Authorization": f"Bearer {created['key']}"}
+    body = chat_body(stream=True, max_tokens=1500, fake="slow_stream")
+    statuses: list[int] = []
+
+    def hold() -> None:
+        with httpx.stream("POST", first.base_url + "/chat/completions", headers=headers, json=body, timeout=30) as response:
+            statuses.append(response.status_code)
+            for _ in response.iter_bytes():
+                pass
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert wait_until(lambda: bool(statuses))  # the stream is open (its headers came back)
+    _assert_429(_chat(second, http, created["key"], stream=True, max_tokens=1500), "rate_limit_exceeded")
+    holder.join(15)
+    assert statuses == [200]
