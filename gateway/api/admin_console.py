@@ -77,7 +77,8 @@ def _serve(name: str) -> Response:
     return Response(_asset(name), media_type=_ASSETS[name], headers=_SECURITY_HEADERS)
 
 
-@console.api_route("", methods=["GET", "HEAD"])
+@console.get("")
+@console.head("", include_in_schema=False)
 async def console_page() -> Response:
     return _serve("index.html")
 

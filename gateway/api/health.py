@@ -27,8 +27,8 @@ async def health_head() -> Response:
     return Response(status_code=200)
 
 
-@router.api_route("/ready", methods=["GET", "HEAD"], summary="Readiness: at least one healthy endpoint",
-                  responses={503: {"description": "No healthy endpoint"}})  # HEAD: the same status, no body
+@router.get("/ready", summary="Readiness: at least one healthy endpoint",
+            responses={503: {"description": "No healthy endpoint"}})
 async def ready(request: Request) -> dict[str, object]:
     healthy = request.app.state.container.registry.healthy_count()
     if healthy == 0:
@@ -36,9 +36,15 @@ async def ready(request: Request) -> dict[str, object]:
     return {"status": "ready", "healthy_endpoints": healthy}
 
 
-@router.api_route("/metrics", methods=["GET", "HEAD"], summary="Prometheus metrics", response_class=Response)
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
 async def metrics(request: Request) -> Response:
     container = request.app.state.container
     if not container.settings.metrics.enabled:
         raise NotFoundError("Metrics are disabled (metrics.enabled = false).")
     return Response(container.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+# HEAD wherever GET is (the same status, no body); out of the OpenAPI document, where a second
+# operation of the same function would repeat its operation id.
+router.add_api_route("/ready", ready, methods=["HEAD"], include_in_schema=False)
+router.add_api_route("/metrics", metrics, methods=["HEAD"], include_in_schema=False, response_class=Response)
