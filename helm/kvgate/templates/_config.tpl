@@ -73,6 +73,8 @@ mirror_misses = {{ $cfg.state.mirror_misses | toJson }}
 change_retention_s = {{ include "kvgate.pyFloat" $cfg.state.change_retention_s }}
 response_ttl_s = {{ include "kvgate.pyFloat" $cfg.state.response_ttl_s }}
 response_max_entries = {{ int $cfg.state.response_max_entries }}
+background_poll_s = {{ include "kvgate.pyFloat" $cfg.state.background_poll_s }}
+background_max_s = {{ include "kvgate.pyFloat" $cfg.state.background_max_s }}
 
 [quotas]
 on_store_error = {{ $cfg.quotas.on_store_error | toJson }}
