@@ -32,6 +32,7 @@ Errors are rendered by the edge in the row's shape (Anthropic's on ``/v1/message
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -79,6 +80,8 @@ if TYPE_CHECKING:
 _BROKEN = (UpstreamError, UpstreamTimeoutError, NoHealthyEndpointError)
 _PENDING: set[asyncio.Future[None]] = set()  # records written after a stream's end (kept from the GC)
 
+log = logging.getLogger("kvgate.apis")
+
 
 @dataclass(slots=True, eq=False)
 class _Target:
@@ -112,6 +115,14 @@ class Outgoing:
         del ask_usage
         return self.request.body_for(served_model)
 
+    def _settle_background(self, body: bytes) -> None:
+        """Settle a background response this read shows ended; its close-out never fails this read."""
+        assert self._background is not None
+        try:
+            self._background.offer(_json(body))
+        except Exception:  # the client's retrieve got its 200; the poller or the reservation still charges
+            log.exception("background usage: settling %s from a read failed", self.request.state_id)
+
     async def open(self, opener: Opener, attempt: Attempt, exchange: Exchange, route: Route) -> Reply:
         """One attempt (the director's ``_attempt`` for this API): a buffered reply read by the
         row's usage reader, or a relay watched by the row's observer; stored ids recorded first.
@@ -127,7 +138,7 @@ class Outgoing:
                 if reply.status == 200 and api.state == "creates":
                     await self._record_buffered(reply, attempt.endpoint)
                 elif reply.status == 200 and self._background is not None and self.request.state_id in self._background:
-                    self._background.offer(_json(reply.body))  # a retrieve or cancel shows the end first
+                    self._settle_background(reply.body)  # a retrieve or cancel shows the end first
                 return reply
             observer = api.observer(opener.clock)
             source = await opener.stream(attempt, self, exchange, route, observer)  # type: ignore[arg-type]

@@ -20,7 +20,10 @@ reservation stays counted as the charge: the close-out's rule for an answer whos
 unknown) when ``max_s`` has passed, when the endpoint answers 404 (it restarted: the response
 is gone), after :data:`MAX_FAILURES` failed polls in a row, or when the app stops
 (:meth:`aclose`, which cancels every poller first). A poll is bounded by :data:`POLL_TIMEOUT_S`.
-Only the replica that took the create holds its exchange; its own poller settles it even when
+At most :data:`MAX_PENDING` are polled at once per replica (a create past it keeps its
+reservation as its charge). The request's E2E latency ends when the create is answered
+(:meth:`~gateway.exchange.Exchange.answered`), not when the background run ends. Only the
+replica that took the create holds its exchange; its own poller settles it even when
 the client retrieves through another replica.
 """
 
@@ -46,6 +49,7 @@ TERMINAL = frozenset(("completed", "incomplete", "failed", "cancelled"))
 MAX_INTERVAL_S = 30.0
 MAX_FAILURES = 5
 POLL_TIMEOUT_S = 10.0
+MAX_PENDING = 10_000  # open background exchanges per replica; past it a create is charged its reservation
 
 
 class BackgroundUsage:
@@ -53,14 +57,17 @@ class BackgroundUsage:
 
     ``upstream``: how the holding endpoint is polled (``request("GET", ...)``); ``poll_s``: the
     first interval, seconds; ``max_s``: the most seconds a response is polled; ``clock``:
-    monotonic seconds; ``sleep``: how an interval is waited (tests inject one).
+    monotonic seconds; ``sleep``: how an interval is waited (tests inject one); ``max_pending``: the
+    most responses polled at once (:data:`MAX_PENDING`); a create beyond it is finished at once, its
+    reservation kept as its charge (counted in ``gave_up``).
     """
 
     def __init__(
         self, upstream: Upstream, *, poll_s: float, max_s: float, clock: Callable[[], float],
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, max_pending: int = MAX_PENDING,
     ) -> None:
         self._upstream = upstream
+        self._max_pending = max_pending
         self._poll_s = poll_s
         self._max_s = max_s
         self._clock = clock
@@ -78,6 +85,11 @@ class BackgroundUsage:
         if self._closed or response_id in self._pending:
             exchange.finish(SUCCESS)
             return
+        if len(self._pending) >= self._max_pending:  # bounded: the reservation stays as the charge
+            self.gave_up += 1
+            exchange.finish(SUCCESS)
+            return
+        exchange.answered()  # its latency is the create's; the background run is not a request's E2E
         self._pending[response_id] = (exchange, None)
         task = asyncio.get_running_loop().create_task(self._poll(response_id, endpoint))
         self._pending[response_id] = (exchange, task)

@@ -37,7 +37,7 @@ class Exchange:
     __slots__ = (
         "request_id", "model", "route", "cluster", "endpoint", "decision", "attempts", "continuations",
         "started", "_clock", "outcome", "usage", "first_token_at", "ended_at", "error_type", "admission", "trace",
-        "_closeout", "selection", "tokens", "status", "lease", "queued_s", "api",
+        "_closeout", "selection", "tokens", "status", "lease", "queued_s", "api", "answered_at",
     )
 
     def __init__(
@@ -68,13 +68,21 @@ class Exchange:
         self.selection: Any = None  # gateway.selection.selector.Routed: the route selection
         self.lease: Any = None  # gateway.admission.gate.Lease: the admitted request's ([admission] on)
         self.queued_s = 0.0  # seconds it waited in the gateway's admission queue
+        self.answered_at: float | None = None  # set by :meth:`answered`: the E2E end of a request left open
+
+    def answered(self) -> None:
+        """The client has its whole answer, but the request stays open for its usage (a background
+        Response, ``gateway/background_usage.py``): its E2E latency ends now, not at :meth:`finish`,
+        so the metrics and the load model never see the background run as a request's latency."""
+        self.answered_at = self._clock()
 
     def finish(self, outcome: str, *, usage: Any = None, first_token_at: float | None = None) -> None:
         """Record the outcome (one of the module's constants) and, on success, usage and TTFT; then close out (once)."""
         if self.outcome is not None:
             return
         self.outcome = outcome
-        self.usage, self.first_token_at, self.ended_at = usage, first_token_at, self._clock()
+        ended = self._clock() if self.answered_at is None else self.answered_at
+        self.usage, self.first_token_at, self.ended_at = usage, first_token_at, ended
         self.tokens = TokenUsage.from_openai(usage)
         if self.lease is not None:  # the request's hold on its admission (its attempts hold their own)
             self.lease.drop()

@@ -232,6 +232,9 @@ class AdmissionGate:
                 decision = dataclasses.replace(decision, action=Action.ADMIT, queued_s=waited)
                 break
             again = self.judge(ask, queue_room="capacity").decision
+            if outcome is Outcome.SPILL_DUE and again.action is Action.ADMIT:  # a slot freed meanwhile
+                decision = dataclasses.replace(again, queued_s=waited)
+                break
             if outcome is Outcome.SPILL_DUE and again.action is not Action.SPILL:
                 self.queue.requeue(ticket)  # the latest spill time passed with nowhere to spill: wait on
                 continue

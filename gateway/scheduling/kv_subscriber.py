@@ -60,15 +60,18 @@ def origin(url: str) -> str:
 def resolver(endpoints: Callable[[], Iterable[Endpoint]]) -> Callable[[str], str | None]:
     """``topic -> endpoint name``: an endpoint named ``topic``, else one whose base URL's origin it is."""
 
+    cache: dict[str, str | None] = {}
+    known: list[tuple[str, str]] = []  # (name, base URL) the cache was built for
+
     def resolve(topic: str) -> str | None:
-        by_origin = None
-        for endpoint in endpoints():
-            name = endpoint.spec.name
-            if name == topic:
-                return name
-            if by_origin is None and origin(endpoint.spec.base_url) == topic:
-                by_origin = name
-        return by_origin
+        current = [(endpoint.spec.name, endpoint.spec.base_url) for endpoint in endpoints()]
+        if current != known:  # the registry changed: rebuild (one urlsplit per endpoint, not per batch)
+            known[:] = current
+            cache.clear()
+            for name, url in reversed(current):  # the first endpoint of an origin wins
+                cache[origin(url)] = name
+            cache.update((name, name) for name, _ in current)  # a name beats an origin
+        return cache.get(topic)
 
     return resolve
 

@@ -43,6 +43,7 @@ pending touches at most ``max_pending_writes``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -55,6 +56,8 @@ from gateway.prefix.index import PrefixIndex
 from gateway.state.base import StoreView, raise_if_cancelling
 from gateway.state.redis import RedisStore, _affinity, _pack
 from gateway.state.redis_scripts import HEAD, SYNC
+
+log = logging.getLogger("kvgate.state")
 
 _PULL = 512  # stream entries per SYNC call
 _PULLS = 8  # SYNC calls per refresh at most (a backlog waits for the next refresh)
@@ -280,5 +283,11 @@ class MirrorStore(RedisStore):
         task = asyncio.current_task()
         while True:
             await self._sleep(self._refresh_s)
-            await self.refresh()
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a malformed stream entry must not freeze the mirror: reload next round
+                log.exception("state mirror: refresh failed; reloading from Redis on the next round")
+                self._last_id = None
             raise_if_cancelling(task)

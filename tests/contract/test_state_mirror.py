@@ -138,3 +138,20 @@ async def test_a_miss_asks_redis_once_and_direct_writers_are_mirrored(redis_pref
     finally:
         await writer.aclose()
         await mirror.aclose()
+
+
+async def test_a_refresh_that_raises_does_not_freeze_the_mirror(pair) -> None:
+    """A malformed change (any exception, not only a Redis error) reloads on the next round; the loop lives on."""
+    a, b, _, _ = pair
+    real, failures = b.refresh, []
+
+    async def refresh_once_broken() -> None:
+        if not failures:
+            failures.append(1)
+            raise ValueError("a malformed stream entry")
+        await real()
+
+    b.refresh = refresh_once_broken  # type: ignore[method-assign]
+    await eventually(lambda: bool(failures), "the broken refresh")
+    a.record("w1", key(7, 4))
+    await eventually(lambda: b.peek(["w0", "w1"], key(7, 4)).matched.get("w1") == 4, "a's record after the failure")

@@ -122,3 +122,23 @@ async def test_shutdown_cancels_the_pollers_and_settles_without_usage() -> None:
     late = _exchange()
     settler.watch("resp_2", late, ENDPOINT)  # after shutdown: finished at once
     assert late.outcome == SUCCESS and "resp_2" not in settler
+
+
+@pytest.mark.asyncio
+async def test_the_latency_ends_at_the_create_and_pending_responses_are_bounded() -> None:
+    clock = Clock()
+    upstream = FunctionUpstream(lambda request: FunctionResponse(200, _response("queued")))
+    settler = BackgroundUsage(upstream, poll_s=1.0, max_s=3600.0, clock=lambda: clock.now, sleep=clock.sleep,
+                              max_pending=1)
+    exchange = Exchange("req-1", "m", lambda: clock.now, api="responses")
+    clock.now = 2.0  # the create was answered 2 s after it started
+    settler.watch("resp_1", exchange, ENDPOINT)
+    clock.now = 500.0  # the background run ends much later
+    assert settler.offer(orjson.loads(_response("completed", USAGE)))
+    assert exchange.ended_at - exchange.started == 2.0, "the background run counted as the request's E2E"
+    first, second = _exchange(), _exchange()
+    settler.watch("resp_2", first, ENDPOINT)
+    settler.watch("resp_3", second, ENDPOINT)  # past max_pending: finished at once, its reservation the charge
+    assert ("resp_2" in settler, "resp_3" in settler) == (True, False)
+    assert second.outcome == SUCCESS and second.tokens is None and settler.gave_up == 1
+    await settler.aclose()

@@ -148,3 +148,17 @@ async def test_nowhere_to_spill_at_the_latest_spill_time_waits_on_in_place() -> 
     world.gate.finished("fast")
     decision = await waiter
     assert (decision.action, decision.reason, decision.queued_s) == (Action.ADMIT, "queued", pytest.approx(3.5))
+
+
+async def test_a_slot_free_at_the_latest_spill_time_admits_at_once() -> None:
+    world = World()
+    waiter = asyncio.ensure_future(world.gate.admit(Ask("fast", "k", spill_to=["managed"])))
+    await asyncio.sleep(0)
+    world.occupied["fast"] = 0.0  # capacity freed meanwhile (not by a release this gate saw)
+    world.time.advance(3.5)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert waiter.done(), "a waiter with a free slot waited on"
+    decision = waiter.result()
+    assert (decision.action, decision.cluster, decision.queued_s) == (Action.ADMIT, "fast", pytest.approx(3.5))
+    assert world.queue.depth("fast") == 0
