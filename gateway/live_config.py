@@ -195,6 +195,8 @@ class Runtime:
             lines = str(error).splitlines()
             return ReloadResult(False, [line.strip() for line in lines[1:]] or lines)
         changed = [name for name in RESTART_ONLY if getattr(new, name) != getattr(self.settings, name)]
+        if new.admission.enabled and not self.settings.admission.enabled:  # its gate is built at start
+            changed.append("admission.enabled")
         self.catalog.replace(ModelCatalog.from_settings(new))
         self._apply_now(new, self.overlay)
         self.settings = new

@@ -13,7 +13,9 @@ Pure; the load model is route selection's (``gateway/selection/load.py``), reuse
 * **engine confirmation**: a fresh scrape whose engine has nobody waiting and a KV cache under
   ``kv_saturated`` makes the endpoint ``open``: the engine itself says it has room, so the
   cluster is not saturated whatever the slot count predicts (a request may still queue briefly
-  in the gateway, never be shed or spilled). Waiting requests or a full cache make it ``full``;
+  in the gateway, never be shed or spilled). Waiting requests, a full cache, or the gateway's own
+  in-flight count at the endpoint's slots (the gateway is holding the overflow, so the engine
+  cannot show anyone waiting) make it ``full``;
   without a fresh scrape (a managed provider) it is ``unmeasured`` and the load model alone
   speaks;
 * **saturated**: the predicted wait is over the route's wait limit and no endpoint is open (the
@@ -88,7 +90,10 @@ def endpoint_load(
         return EndpointLoad(occupied, slots)
     stats = scrape.stats
     full = (stats.waiting or 0.0) > 0.0 or (stats.kv_usage is not None and stats.kv_usage >= kv_saturated)
-    return EndpointLoad(occupied, slots, "full" if full else "open")
+    # An engine held at its slot count by the gateway never shows anyone waiting (the gateway holds
+    # them): its "nobody waiting" says nothing then, so it is open only below its slots.
+    held = endpoint.in_flight >= slots
+    return EndpointLoad(occupied, slots, "full" if full or held else "open")
 
 
 def endpoint_loads(

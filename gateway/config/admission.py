@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 PRIORITIES = ("interactive", "batch")
+MAX_WAIT_S = 3600.0  # the most a wait limit (the queue's TTL) may be, s: finite, so a waiter always ends
 """Priority classes, highest first: a queued ``interactive`` request always leaves before a ``batch`` one."""
 
 Priority = Literal["interactive", "batch"]
@@ -50,11 +51,11 @@ class AdmissionSettings(_Section):
         "start (docs/admission.md); set slots_per_endpoint to the engine's max_num_seqs, then turn it on."
     )
     max_queue_wait_s: float = Field(
-        10.0, gt=0, description="A route's default wait limit: longest predicted wait before a request starts, and "
+        10.0, gt=0, le=MAX_WAIT_S, description="A route's default wait limit: longest predicted wait before a request starts, and "
         "the queue's TTL."
     )
     batch_max_queue_wait_s: float | None = Field(
-        None, gt=0, description="Wait limit of batch requests (their TTFT target is looser), s; None: the route's."
+        None, gt=0, le=MAX_WAIT_S, description="Wait limit of batch requests (their TTFT target is looser), s; None: the route's."
     )
     max_queue_depth: int = Field(1024, ge=0, description="Most requests waiting in the gateway per cluster.")
     max_queued_per_key: int | None = Field(
@@ -86,7 +87,7 @@ class RouteAdmissionSettings(_Section):
     """What a route adds to admission (flattened into ``[routes.NAME]`` by the integrator)."""
 
     max_queue_wait_s: float | None = Field(
-        None, gt=0, description="Wait limit of this route's requests, s; None: [admission] max_queue_wait_s."
+        None, gt=0, le=MAX_WAIT_S, description="Wait limit of this route's requests, s; None: [admission] max_queue_wait_s."
     )
     spill_to: list[str] = Field(
         default_factory=list, description="Clusters of the chain that take the overflow when the primary is "

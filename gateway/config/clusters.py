@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from gateway.config.admission import MAX_WAIT_S
 from gateway.config.section import Section, endpoint_url_problem, redact_url
 from gateway.config.selection import ClusterSelectionSettings, ThinkingSwitch, Tier
 from gateway.config.upstream import TimeoutSettings
@@ -67,7 +68,7 @@ class RouteSettings(Section):
     clusters: list[str] = Field(min_length=1, description="Cluster names in the order they are tried.")
     timeouts: TimeoutSettings | None = Field(None, description="Overrides [upstream.timeouts] for this route.")
     max_queue_wait_s: float | None = Field(
-        None, gt=0, description="Admission's wait limit on this route, s (predicted wait before a request starts, "
+        None, gt=0, le=MAX_WAIT_S, description="Admission's wait limit on this route, s (predicted wait before a request starts, "
         "and the gateway queue's TTL); None: [admission] max_queue_wait_s."
     )
     spill_to: list[str] = Field(

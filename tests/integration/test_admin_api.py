@@ -227,11 +227,12 @@ def test_reload_applies_a_valid_file_without_dropping_requests(
     data = _config(fake_a)
     data["models"]["qwen-new"] = {"cluster": "fast"}
     data["server"] = {"port": 9}  # restart-only: reported, not applied
+    data["admission"] = {"enabled": True}  # switching admission on needs a restart too (its gate is built at start)
     try:
         config_file.write_text(toml_config(data))
         response = http.post(ops_gateway.url + "/admin/reload", headers=admin())
         assert response.status_code == 200, response.text
-        assert response.json()["restart_required"] == ["server"]
+        assert response.json()["restart_required"] == ["server", "admission.enabled"]
         answer = http.post(ops_gateway.base_url + "/chat/completions", headers=_client(http), json=chat_body(model="qwen-new"))
         assert answer.status_code == 200
     finally:

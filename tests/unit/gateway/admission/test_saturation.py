@@ -31,6 +31,8 @@ def scrape(waiting: float, running: float, kv: float | None = None) -> Scrape:
         (1, scrape(2, 4), EndpointLoad(6.0, 4.0, "full")),  # other replicas' requests count
         (1, scrape(0, 1, kv=0.97), EndpointLoad(1.0, 4.0, "full")),  # a full KV cache is full
         (1, scrape(0, 1, kv=0.5), EndpointLoad(1.0, 4.0, "open")),
+        # the gateway holds it at its slots: the engine cannot show anyone waiting, so it is not "open"
+        (4, scrape(0, 4), EndpointLoad(4.0, 4.0, "full")),
     ],
 )
 def test_endpoint_load(in_flight: int, stats: Scrape | None, expected: EndpointLoad) -> None:

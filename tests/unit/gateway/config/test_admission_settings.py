@@ -31,6 +31,10 @@ def test_route_fields() -> None:
     ("model", "data"),
     [
         (AdmissionSettings, {"max_queue_wait_s": 0}),
+        (AdmissionSettings, {"max_queue_wait_s": float("inf")}),  # the queue's TTL: finite, at most MAX_WAIT_S
+        (AdmissionSettings, {"max_queue_wait_s": 1e300}),
+        (AdmissionSettings, {"batch_max_queue_wait_s": float("inf")}),
+        (RouteAdmissionSettings, {"max_queue_wait_s": float("inf")}),
         (AdmissionSettings, {"kv_saturated": 1.5}),
         (AdmissionSettings, {"surprise": 1}),
         (AdmissionKeySettings, {"weight": 0}),
