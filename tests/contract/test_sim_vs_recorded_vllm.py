@@ -9,7 +9,7 @@ repeats the first comparison against a live worker.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 import pytest
@@ -26,18 +26,26 @@ from tests.contract.vllm_surface import Recorded, load_recorded, record
 MODEL = "smollm2"
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def sim_recorded() -> AsyncIterator[dict[str, Recorded]]:
-    preset = get_preset("vllm-cpu").with_overrides(latency=LatencyModel(0.0, 0.0, 0.0))
-    worker = SimWorker(SimConfig(model=MODEL, preset=preset), ManualClock())
-    runners = await serve([worker], "127.0.0.1", 0)
+INSTANT = get_preset("vllm-cpu").with_overrides(latency=LatencyModel(0.0, 0.0, 0.0))
+
+
+async def _played(
+    config: SimConfig, play: Callable[[httpx.AsyncClient], Awaitable[dict[str, Recorded]]]
+) -> dict[str, Recorded]:
+    """One simulated worker of ``config`` on a loopback port, ``play``ed against, then stopped."""
+    runners = await serve([SimWorker(config, ManualClock())], "127.0.0.1", 0)
     port = runners[0].addresses[0][1]
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            yield await record(client, MODEL)
+            return await play(client)
     finally:
         for runner in runners:
             await runner.cleanup()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def sim_recorded() -> AsyncIterator[dict[str, Recorded]]:
+    yield await _played(SimConfig(model=MODEL, preset=INSTANT), lambda client: record(client, MODEL))
 
 
 @pytest.fixture(scope="module")
@@ -87,16 +95,7 @@ def test_health_is_200_with_an_empty_body(sim_recorded: dict[str, Recorded]) -> 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def sim_apis() -> AsyncIterator[dict[str, Recorded]]:
-    preset = get_preset("vllm-cpu").with_overrides(latency=LatencyModel(0.0, 0.0, 0.0))
-    worker = SimWorker(SimConfig(model=MODEL, preset=preset), ManualClock())
-    runners = await serve([worker], "127.0.0.1", 0)
-    port = runners[0].addresses[0][1]
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            yield await vllm_apis.play(client, MODEL)
-    finally:
-        for runner in runners:
-            await runner.cleanup()
+    yield await _played(SimConfig(model=MODEL, preset=INSTANT), lambda client: vllm_apis.play(client, MODEL))
 
 
 @pytest.fixture(scope="module")
@@ -134,16 +133,8 @@ def test_api_usage_reads_alike(sim_apis: dict[str, Recorded], real_apis: dict[st
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def sim_pooling() -> AsyncIterator[dict[str, Recorded]]:
-    preset = get_preset("vllm-cpu").with_overrides(latency=LatencyModel(0.0, 0.0, 0.0))
-    config = SimConfig(model=vllm_apis.POOL_MODEL, preset=preset, task="embed", embedding_dim=vllm_apis.POOL_DIM)
-    runners = await serve([SimWorker(config, ManualClock())], "127.0.0.1", 0)
-    port = runners[0].addresses[0][1]
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            yield await vllm_apis.play_pooling(client, vllm_apis.POOL_MODEL)
-    finally:
-        for runner in runners:
-            await runner.cleanup()
+    config = SimConfig(model=vllm_apis.POOL_MODEL, preset=INSTANT, task="embed", embedding_dim=vllm_apis.POOL_DIM)
+    yield await _played(config, lambda client: vllm_apis.play_pooling(client, vllm_apis.POOL_MODEL))
 
 
 @pytest.mark.parametrize("name", [name for name, *_ in vllm_apis.pooling_script(vllm_apis.POOL_MODEL)])
