@@ -1,6 +1,6 @@
 """[io] ``kvgate workers``: run supervised vLLM workers in the foreground, and inspect or stop them.
 
-    kvgate workers up [--count N] [--config FILE] ...   run supervised vLLM workers (foreground)
+    kvgate workers up [--count N] [--config FILE] [--kv-events ADDR] ...   run supervised vLLM workers (foreground)
     kvgate workers status [--json]                      what `workers up` runs, from its status file
     kvgate workers logs NAME [-n 40] [--follow]         a worker's log
     kvgate workers down                                 stop `workers up` (drains, then stops)
@@ -54,7 +54,25 @@ def _worker_specs(args: argparse.Namespace, model: str, served: str, facts: Any,
         support = kv_dtype_support(facts)[spec.kv_cache_dtype]
         if not support.ok:
             raise ValueError(f"workers.{name}.kv_cache_dtype {spec.kv_cache_dtype}: {support.reason}")
-    return specs
+    return _with_kv_events(specs, args.kv_events)
+
+
+def _with_kv_events(specs: list[tuple[str, Any]], address: str | None) -> list[tuple[str, Any]]:
+    """``--kv-events ADDRESS``: each worker publishes its KV events to the gateway's
+    ``routing.kv_events.bind`` at ADDRESS (topic: the worker's origin, as ``kvgate up`` does); a
+    ``[[workers]]`` table's own ``kv_events_config`` wins. Raises ``ValueError`` for a wildcard or
+    non-ZMQ address (vLLM would bind it instead of connecting)."""
+    import dataclasses
+
+    from backends.workers.vllm_args import kv_events_json
+
+    if address is None:
+        return specs
+    if not address.startswith(("tcp://", "ipc://")) or "*" in address or "0.0.0.0" in address:
+        raise ValueError(f"--kv-events {address}: must be the gateway's concrete tcp://host:port (or ipc://) address")
+    return [(name, spec if spec.kv_events_config else
+             dataclasses.replace(spec, kv_events_config=kv_events_json(address, topic=spec.origin)))
+            for name, spec in specs]
 
 
 async def _workers_up_async(args: argparse.Namespace) -> int:
@@ -200,6 +218,9 @@ def add_workers(subparsers: Any) -> None:
     up.add_argument("--model", help="model directory or id (with --worker-python; default: prepared SmolLM2)")
     up.add_argument("--served-model-name")
     up.add_argument("--worker-python", help="python of a venv with vLLM (default: the prepared worker venv)")
+    up.add_argument("--kv-events", metavar="ADDRESS",
+                    help="precise mode: publish KV events to the gateway's routing.kv_events.bind at this ZMQ address "
+                         "(e.g. tcp://127.0.0.1:5557; topic: each worker's origin)")
     up.set_defaults(run=_guarded(_workers_up))
     status = actions.add_parser("status", help="workers run by `kvgate workers up`")
     status.add_argument("--json", action="store_true")

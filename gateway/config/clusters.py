@@ -23,6 +23,20 @@ class EndpointSettings(Section):
     api_key_env: str | None = Field(None, description="Environment variable holding this endpoint's API key.")
     health_url: str | None = Field(None, description="Health URL; default: the URL's origin + /health (vLLM).")
     weight: float = Field(1.0, gt=0, description="Relative capacity; in-flight counts are divided by it.")
+    kv_events: str | None = Field(
+        None, description="Precise mode, connect side: the ZMQ address of this worker's KV-event publisher as the "
+        "gateway reaches it (vLLM's --kv-events-config endpoint tcp://*:PORT seen as tcp://HOST:PORT); every gateway "
+        "process connects to it. Default: none (a worker may instead connect to routing.kv_events.bind).",
+    )
+
+    @field_validator("kv_events")
+    @classmethod
+    def _zmq_address(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value.startswith(("tcp://", "ipc://")) or "*" in value or len(value) > 2048:
+            raise ValueError(f"must be a concrete tcp://host:port or ipc:// ZMQ address, got {redact_url(value)!r}")
+        return value
 
     @field_validator("url", "health_url")
     @classmethod

@@ -153,18 +153,26 @@ class KvEventsSettings(_Section):
         False, description="Subscribe to workers' KV events and start managed workers with --kv-events-config "
         "(needs the optional extra precise: pyzmq, msgspec).",
     )
-    bind: str = Field("tcp://127.0.0.1:5557", description="ZMQ address the gateway binds; workers connect to it.")
+    bind: str = Field(
+        "tcp://127.0.0.1:5557", description="ZMQ address the gateway binds; workers connect to it (kvgate up's "
+        "workers do). Empty: bind nothing (workers that bind their own publisher are reached through their "
+        "endpoint's kv_events address instead, by every gateway process).",
+    )
 
     @field_validator("bind")
     @classmethod
     def _tcp(cls, value: str) -> str:
+        if value == "":
+            return value
         if not value.startswith(("tcp://", "ipc://")):
             raise ValueError(f"must be a tcp:// or ipc:// ZMQ address, got {value!r}")
         return value
 
     @property
-    def connect(self) -> str:
-        """The address a local worker connects to (a wildcard bind becomes loopback)."""
+    def connect(self) -> str | None:
+        """The address a local worker connects to (a wildcard bind becomes loopback); None without a bind."""
+        if not self.bind:
+            return None
         return self.bind.replace("://*:", "://127.0.0.1:").replace("://0.0.0.0:", "://127.0.0.1:")
 
 

@@ -47,6 +47,8 @@ class EndpointSpec:
         api_key: the endpoint's own credential (from ``api_key_env``), or None.
         health_url: URL of its liveness check.
         weight: relative capacity (> 0).
+        kv_events: ZMQ address of the worker's KV-event publisher the gateway connects to
+            (precise mode, ``scheduling/kv_subscriber.py``), or None.
     """
 
     name: str
@@ -56,6 +58,7 @@ class EndpointSpec:
     api_key: str | None = None
     health_url: str | None = None
     weight: float = 1.0
+    kv_events: str | None = None
 
     def effective_health_url(self) -> str:
         if self.health_url:

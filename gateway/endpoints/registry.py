@@ -87,6 +87,7 @@ class EndpointRegistry:
                     api_key=api_key,
                     health_url=config.health_url,
                     weight=config.weight,
+                    kv_events=config.kv_events,
                 )
                 endpoints.append(new_endpoint(spec, health, circuit, clock=clock))
             built[cluster_name] = tuple(endpoints)

@@ -35,6 +35,8 @@ The scheduling framework's instruments (:class:`RoutingMetrics`):
     - ``kvgate_state_degraded``: 1 while the shared state store is bypassed (local view), else 0.
     - ``kvgate_state_fallbacks_total{reason}``: shared-store calls that fell back (timeout, error).
     - ``kvgate_engine_scrape_failures_total{endpoint}``, ``kvgate_engine_restarts_total{endpoint}``.
+    - ``kvgate_kv_event_batches_total{endpoint, outcome}`` (precise mode: ``applied``, ``gap``, ``restart``)
+      and ``kvgate_kv_event_dropped_total{reason}`` (``unknown_topic``, ``malformed``).
 
 Admission's instruments (:class:`AdmissionMetrics`; only with ``[admission] enabled``):
     ``kvgate_admission_decisions_total{cluster, action, reason}`` (admit: ``free``/``queued``; spill:
@@ -288,23 +290,20 @@ class RoutingMetrics:
             "kvgate_prefix_prediction_accuracy", "1 - |predicted - reported cached tokens| / prompt tokens (EWMA).",
             ["endpoint", "source"], registry=r, multiprocess_mode="livemax",
         )
-        self.capacity = Gauge(
-            "kvgate_prefix_index_capacity_blocks", "Capacity of an endpoint's prefix index, in blocks.",
-            ["endpoint"], registry=r, multiprocess_mode="livemax",
-        )
-        self.degraded = Gauge(
-            "kvgate_state_degraded", "1 while the shared state store is bypassed and routing uses the local view.",
-            registry=r, multiprocess_mode="livemax",
-        )
-        self.fallbacks = Counter(
-            "kvgate_state_fallbacks", "Shared state store calls that fell back to the local view.", ["reason"], registry=r,
-        )
-        self.scrape_failures = Counter(
-            "kvgate_engine_scrape_failures", "Failed scrapes of an endpoint's /metrics.", ["endpoint"], registry=r,
-        )
-        self.restarts = Counter(
-            "kvgate_engine_restarts", "Endpoint restarts detected from its metrics (index cleared).", ["endpoint"], registry=r,
-        )
+        self.capacity = Gauge("kvgate_prefix_index_capacity_blocks", "Capacity of an endpoint's prefix index, in blocks.",
+                              ["endpoint"], registry=r, multiprocess_mode="livemax")
+        self.degraded = Gauge("kvgate_state_degraded", "1 while the shared state store is bypassed (local view).",
+                              registry=r, multiprocess_mode="livemax")
+        self.fallbacks = Counter("kvgate_state_fallbacks", "Shared state store calls that fell back to the local view.",
+                                 ["reason"], registry=r)
+        self.scrape_failures = Counter("kvgate_engine_scrape_failures", "Failed scrapes of an endpoint's /metrics.",
+                                       ["endpoint"], registry=r)
+        self.restarts = Counter("kvgate_engine_restarts", "Endpoint restarts detected from its metrics (index cleared).",
+                                ["endpoint"], registry=r)
+        self.kv_event_batches = Counter("kvgate_kv_event_batches", "KV-event batches applied (precise mode); outcome "
+                                        "gap/restart: the set was cleared first.", ["endpoint", "outcome"], registry=r)
+        self.kv_event_dropped = Counter("kvgate_kv_event_dropped", "KV-event messages dropped (unknown_topic, malformed).",
+                                        ["reason"], registry=r)
         for instrument in (self.producer_failures, self.hot_spot_diversions, self.predictions, self.accuracy, self.capacity):
             cache_children(instrument)
 

@@ -142,6 +142,12 @@ class KvBlockSets:
         self._by_vllm.pop(worker, None)
         self._blocks.pop(worker, None)
 
+    def forget(self, worker: str) -> None:
+        """Drop everything known of ``worker``, its batch sequence too (:meth:`known` is False again)."""
+        self.clear(worker)
+        self._seq.pop(worker, None)
+        self._block_size.pop(worker, None)
+
     def size(self, worker: str) -> int:
         return len(self._blocks.get(worker, ()))
 

@@ -14,6 +14,14 @@ workers it launches, ``backends/workers/local.py``). A worker's ``GET /kv_event_
 answers its publisher config (``{"0": {"endpoint": ..., "topic": ...}}``), which is how an
 operator checks a static worker's topic.
 
+**Connect mode** (:class:`KvEventConnections`), for workers that bind their own publisher
+(``tcp://*:PORT``, as the Helm chart's do): an endpoint whose config has ``kv_events =
+"tcp://HOST:PORT"`` gets a SUB socket of its own that the gateway connects to it; the socket
+names the worker (its topic is not needed), and every gateway process and replica connects, so
+all of them see every batch. Both modes can run at once (``routing.kv_events.bind = ""`` turns
+the bind off). Counted in ``kvgate_kv_event_batches_total{endpoint,outcome}`` and
+``kvgate_kv_event_dropped_total{reason}``.
+
 Batches from an unknown topic are dropped (counted in :attr:`KvEventSubscriber.unknown`); a
 batch out of sequence clears that worker's set (:meth:`KvBlockSets.apply_batch`), counted in
 :attr:`KvEventSubscriber.cleared`. Decoding is msgspec's msgpack decoder (what vLLM encodes
@@ -34,6 +42,7 @@ from urllib.parse import urlsplit
 
 from gateway.config import ConfigError
 from gateway.endpoints.model import Endpoint
+from gateway.observability.metrics import RoutingMetrics
 from gateway.scheduling.kv_events import KvBlockSets
 
 log = logging.getLogger("kvgate.kv_events")
@@ -83,7 +92,8 @@ class KvEventSubscriber:
     can feed it frames; :meth:`run` is the loop (cancel it to stop; the socket closes).
     """
 
-    def __init__(self, bind: str, sets: KvBlockSets, resolve: Callable[[str], str | None]) -> None:
+    def __init__(self, bind: str, sets: KvBlockSets, resolve: Callable[[str], str | None],
+                 metrics: RoutingMetrics | None = None) -> None:
         import msgspec  # the optional extra: require_extra() checked it at build
 
         self._bind = bind
@@ -91,75 +101,165 @@ class KvEventSubscriber:
         self._resolve = resolve
         self._decoder = msgspec.msgpack.Decoder()
         self._decode_error = msgspec.DecodeError
+        self._metrics = metrics
+        self._context: Any = None
         self.batches = 0
         self.unknown = 0
         self.cleared = 0
         self.bad = 0
 
-    def handle(self, frames: Sequence[bytes]) -> str | None:
-        """Apply one message ``(topic, seq, payload)``; returns the worker it was applied to, or None."""
+    def handle(self, frames: Sequence[bytes], worker: str | None = None) -> str | None:
+        """Apply one message ``(topic, seq, payload)``; returns the worker it was applied to, or None.
+
+        ``worker`` given (connect mode: the socket says who sent it) wins over the topic."""
         if len(frames) != 3:
-            self.bad += 1
-            return None
+            return self._dropped("malformed")
         topic, seq_bytes, payload = frames
-        worker = self._resolve(topic.decode("utf-8", "replace"))
+        if worker is None:
+            worker = self._resolve(topic.decode("utf-8", "replace"))
         if worker is None:
             self.unknown += 1
+            if self._metrics is not None:
+                self._metrics.kv_event_dropped.labels("unknown_topic").inc()
             return None
         try:
             batch = self._decoder.decode(payload)
             events: Any = batch[1]
         except (self._decode_error, IndexError, TypeError, KeyError):
-            self.bad += 1
-            return None
+            return self._dropped("malformed")
         seq = int.from_bytes(seq_bytes, "big", signed=True)
         self.batches += 1
         outcome = self._sets.apply_batch(worker, seq, events if isinstance(events, list) else [])
         if outcome is not None:
             self.cleared += 1
             log.warning("KV events of %s: %s before batch %d; its block set was cleared", worker, outcome, seq)
+        if self._metrics is not None:
+            self._metrics.kv_event_batches.labels(worker, outcome or "applied").inc()
         return worker
+
+    def _dropped(self, reason: str) -> None:
+        self.bad += 1
+        if self._metrics is not None:
+            self._metrics.kv_event_dropped.labels(reason).inc()
+        return None
+
+    def _sub_socket(self) -> Any:
+        import zmq
+        import zmq.asyncio
+
+        if self._context is None:
+            self._context = zmq.asyncio.Context()
+        socket = self._context.socket(zmq.SUB)
+        socket.setsockopt(zmq.SUBSCRIBE, b"")
+        socket.setsockopt(zmq.RCVHWM, 100_000)
+        socket.setsockopt(zmq.LINGER, 0)
+        return socket
 
     def open(self) -> Any:
         """The bound SUB socket (a ``zmq.asyncio`` socket). Raises ``zmq.ZMQError`` when ``bind`` fails."""
         import zmq
-        import zmq.asyncio
 
-        self._context = zmq.asyncio.Context()
-        socket = self._context.socket(zmq.SUB)
-        socket.setsockopt(zmq.SUBSCRIBE, b"")
-        socket.setsockopt(zmq.RCVHWM, 100_000)
+        socket = self._sub_socket()
         try:
             socket.bind(self._bind)
         except zmq.ZMQError:
             socket.close(0)
-            self._context.term()
             raise
         return socket
 
-    async def run(self, socket: Any) -> None:
-        """Receive and apply batches from ``socket`` (from :meth:`open`) until cancelled."""
+    def connect(self, address: str) -> Any:
+        """A SUB socket connected to one worker's publisher at ``address`` (connect mode). ZMQ
+        connects in the background and reconnects after the worker restarts, so this never waits."""
+        socket = self._sub_socket()
+        socket.connect(address)
+        return socket
+
+    async def run(self, socket: Any, worker: str | None = None) -> None:
+        """Receive and apply batches from ``socket`` (from :meth:`open`, or :meth:`connect` with the
+        ``worker`` it reaches) until cancelled; the socket is closed then."""
         try:
             while True:
                 frames = await socket.recv_multipart()
                 try:
-                    self.handle(frames)
+                    self.handle(frames, worker)
                 except Exception:  # one bad batch must not end precise mode
                     self.bad += 1
                     log.exception("KV events: a batch could not be applied")
         finally:
             socket.close(0)
+
+    def close(self) -> None:
+        """Terminate the ZMQ context (after every socket's task ended)."""
+        if self._context is not None:
             with contextlib.suppress(Exception):
                 self._context.term()
+            self._context = None
+
+
+class KvEventConnections:
+    """Connect mode: one SUB socket per endpoint whose spec has a ``kv_events`` address.
+
+    For workers that bind their own publisher (vLLM's ``--kv-events-config`` endpoint
+    ``tcp://*:PORT``; the Helm chart's workers): each gateway process connects to every worker,
+    so several replicas or ``--processes N`` all get every batch (PUB fans out), where one bind
+    can serve only one process. The socket names the worker, so the topic is not needed.
+    :meth:`sync` follows the registry (endpoints added, removed or readdressed at run time):
+    a socket that goes also forgets its worker's block set and sequence (a new subscription
+    counts from whatever batch comes next, and under-claims until the engine stores again).
+    """
+
+    def __init__(self, subscriber: KvEventSubscriber, sets: KvBlockSets,
+                 endpoints: Callable[[], Iterable[Endpoint]], interval_s: float = 1.0) -> None:
+        self._subscriber = subscriber
+        self._sets = sets
+        self._endpoints = endpoints
+        self.interval_s = interval_s
+        self._open: dict[str, tuple[str, asyncio.Task[None]]] = {}  # endpoint -> (address, reader)
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        """Endpoint name -> the address its socket is connected to."""
+        return {name: address for name, (address, _) in self._open.items()}
+
+    def sync(self) -> None:
+        """Open a socket for each endpoint with a new or changed ``kv_events`` address, close the rest."""
+        wanted = {e.spec.name: e.spec.kv_events for e in self._endpoints() if e.spec.kv_events}
+        for name, (address, task) in list(self._open.items()):
+            if wanted.get(name) != address:
+                task.cancel()
+                del self._open[name]
+                self._sets.forget(name)
+        for name, address in wanted.items():
+            if name not in self._open:
+                socket = self._subscriber.connect(address)
+                task = asyncio.create_task(self._subscriber.run(socket, name), name=f"kv-events-{name}")
+                self._open[name] = (address, task)
+                log.info("KV events of %s: subscribed to %s", name, address)
+
+    async def run(self) -> None:
+        """:meth:`sync` every ``interval_s`` until cancelled; then every socket is closed."""
+        try:
+            while True:
+                try:
+                    self.sync()
+                except Exception:  # e.g. a malformed address added at run time: keep the others
+                    log.exception("KV events: connecting to the workers' publishers failed")
+                await asyncio.sleep(self.interval_s)
+        finally:
+            tasks = [task for _, task in self._open.values()]
+            self._open.clear()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def start(subscriber: KvEventSubscriber) -> asyncio.Task[None] | None:
     """Bind and run ``subscriber`` in a task; on a bind failure, log it and return None (precise
-    scoring then falls back to the approximate index: no worker ever publishes)."""
+    scoring then falls back to the approximate index for workers that connect to the bind)."""
     try:
         socket = subscriber.open()
     except Exception as error:  # zmq.ZMQError: the address is taken (e.g. kvgate serve --processes 2)
         log.error("routing.kv_events.bind %s: cannot bind (%s); precise mode falls back to the "
-                  "approximate index", subscriber._bind, error)
+                  "approximate index for workers publishing to it", subscriber._bind, error)
         return None
     return asyncio.create_task(subscriber.run(socket), name="kv-events")

@@ -32,7 +32,7 @@ from gateway.config import RoutingSettings, StateSettings
 from gateway.scheduling import kv_subscriber
 from gateway.scheduling.feedback import PrefixFeedback
 from gateway.scheduling.kv_events import KvBlockSets
-from gateway.scheduling.kv_subscriber import KvEventSubscriber
+from gateway.scheduling.kv_subscriber import KvEventConnections, KvEventSubscriber
 from gateway.observability.metrics import RoutingMetrics
 from gateway.scheduling.profile import ProfileScheduler
 from gateway.scheduling.registry import PluginDeps
@@ -79,12 +79,16 @@ class SchedulingService:
         self.kv = KvBlockSets()
         self.tokenize = TokenizeClient()
         self.kv_subscriber: KvEventSubscriber | None = None
+        self.kv_connections: KvEventConnections | None = None
         self._kv_task: asyncio.Task[None] | None = None
+        self._kv_connect_task: asyncio.Task[None] | None = None
         if routing.kv_events.enabled:
             kv_subscriber.require_extra()
             self.kv_subscriber = KvEventSubscriber(
                 routing.kv_events.bind, self.kv, kv_subscriber.resolver(lambda: self.registry),
+                self.metrics,
             )
+            self.kv_connections = KvEventConnections(self.kv_subscriber, self.kv, lambda: self.registry)
         deps = PluginDeps(self.store, rng or random.Random(), self.kv, self.tokenize)
         self.scheduler = ProfileScheduler(
             routing.policy, routing.all_profiles()[routing.policy], routing, deps, hasher=self.hasher,
@@ -112,7 +116,11 @@ class SchedulingService:
     async def start(self) -> None:
         await self.store.start()
         if self.kv_subscriber is not None:
-            self._kv_task = await kv_subscriber.start(self.kv_subscriber)
+            if self.settings.kv_events.bind:
+                self._kv_task = await kv_subscriber.start(self.kv_subscriber)
+            assert self.kv_connections is not None
+            self.kv_connections.sync()  # endpoints with a kv_events address: subscribed before the first request
+            self._kv_connect_task = asyncio.create_task(self.kv_connections.run(), name="kv-events-connect")
         if self.uses_profile and self.settings.scrape.enabled:
             fetch = self._fetch
             if fetch is None:
@@ -120,12 +128,14 @@ class SchedulingService:
             self._task = asyncio.create_task(self.scraper(fetch).run())
 
     async def stop(self) -> None:
-        for task in (self._task, self._kv_task):
+        for task in (self._task, self._kv_task, self._kv_connect_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._task = self._kv_task = None
+        self._task = self._kv_task = self._kv_connect_task = None
+        if self.kv_subscriber is not None:
+            self.kv_subscriber.close()
         await self.tokenize.aclose()
         if self._owned_fetch is not None:
             await self._owned_fetch.aclose()

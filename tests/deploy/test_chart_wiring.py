@@ -363,6 +363,29 @@ def test_kv_events_port_is_exposed(gpu_install):
         assert "kv-events" in {p["name"] for p in svc["spec"]["ports"]}
 
 
+def test_precise_mode_connects_to_each_worker_publisher(gpu_install, tmp_path, monkeypatch):
+    """config.routing.kv_events.enabled: no bind (one address cannot serve several pods); every
+    endpoint of a cluster with kvEvents carries its pod's publisher address, the DNS name and port
+    the StatefulSet, headless Service and vLLM's --kv-events-config really provide."""
+    assert gateway_settings(gpu_install, monkeypatch).routing.kv_events.enabled is False  # off unless asked
+    values = tmp_path / "precise.yaml"
+    values.write_text("config:\n  routing:\n    policy: prefix-precise\n    kv_events:\n      enabled: true\n")
+    gpu_values = next(p for p in POSITIVE_VALUES if p.stem == "gpu-values")
+    r = render([gpu_values, values])
+    settings = gateway_settings(r, monkeypatch)
+    assert settings.routing.policy == "prefix-precise"
+    assert settings.routing.kv_events.enabled and settings.routing.kv_events.bind == ""
+    for name, c in enabled_clusters(r.values).items():
+        sts = r.one("StatefulSet", f"{fullname()}-worker-{name}")
+        svc = r.one("Service", sts["spec"]["serviceName"])
+        vllm = container(sts, "vllm")
+        port = {p["name"]: p["containerPort"] for p in vllm["ports"]}["kv-events"]
+        assert f'"endpoint":"tcp://*:{port}"' in vllm["args"][vllm["args"].index("--kv-events-config") + 1]
+        for i, endpoint in enumerate(settings.clusters[name].endpoints):
+            pod_dns = f"{sts['metadata']['name']}-{i}.{svc['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
+            assert endpoint.kv_events == f"tcp://{pod_dns}:{port}"
+
+
 def test_default_install_runs_no_workers(default_install, monkeypatch):
     assert [s["metadata"]["name"] for s in default_install.all("StatefulSet")] == [f"{fullname()}-redis"]
     assert gateway_settings(default_install, monkeypatch).clusters == {}

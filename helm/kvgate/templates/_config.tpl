@@ -53,6 +53,13 @@ stall_s = {{ include "kvgate.pyFloat" $cfg.health.stall_s }}
 [routing]
 policy = {{ $cfg.routing.policy | toJson }}
 producer_deadline_ms = {{ include "kvgate.pyFloat" $cfg.routing.producer_deadline_ms }}
+{{- if $cfg.routing.kv_events.enabled }}
+
+# Precise mode: the gateway connects to each worker's KV-event publisher (the endpoints' kv_events).
+[routing.kv_events]
+enabled = true
+bind = ""
+{{- end }}
 
 # Shared by the gateway replicas: redis.mode={{ .Values.redis.mode }}.
 {{- if ne .Values.redis.mode "disabled" }}
@@ -170,6 +177,9 @@ name = {{ printf "%s-%d" $name $i | toJson }}
 url = {{ printf "http://%s-%d.%s.%s.svc.%s:%d/v1" $sts $i $sts $.Release.Namespace $.Values.clusterDomain (int $c.port) | toJson }}
 model = {{ $c.servedModelName | toJson }}
 weight = {{ include "kvgate.pyFloat" $c.weight }}
+{{- if $c.kvEvents.enabled }}
+kv_events = {{ printf "tcp://%s-%d.%s.%s.svc.%s:%d" $sts $i $sts $.Release.Namespace $.Values.clusterDomain (int $c.kvEvents.port) | toJson }}
+{{- end }}
 {{- if $c.apiKey.existingSecret }}
 api_key_env = {{ include "kvgate.workerKeyEnv" $name | toJson }}
 {{- end }}

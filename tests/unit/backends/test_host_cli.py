@@ -139,7 +139,7 @@ def test_workers_up_specs_carry_the_host_choice_and_refuse_a_file_asking_for_fp8
     from backends.model_presets import PRESETS
     (model / "config.json").write_text(json.dumps(dict(PRESETS["smollm2-135m"].config)))
     args = argparse.Namespace(config=None, kv_cache_dtype=None, max_model_len=2048, enforce_eager=True,
-                              tensor_parallel_size=1, count=2, first_port=8001, cpu_kvcache_space_gib=1)
+                              tensor_parallel_size=1, count=2, first_port=8001, cpu_kvcache_space_gib=1, kv_events=None)
     specs = _worker_specs(args, str(model), "smollm2", EPYC, [])
     assert {(s.kv_cache_dtype, s.dtype) for _, s in specs} == {("auto", "float32")}
     assert specs[0][1].dtype_reason.startswith(REASON)

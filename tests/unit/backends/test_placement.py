@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from backends.gpus import Gpu
@@ -86,3 +88,21 @@ def test_worker_specs_on_cpu_set_kv_space_and_binds() -> None:
 def test_worker_specs_refuse_unknown_fields() -> None:
     with pytest.raises(ValueError, match="^kv_dtype: not a WorkerSpec field"):
         worker_specs(place(1, gpus=[], cpu_count=2), {**FIELDS, "kv_dtype": "fp8"})
+
+
+def test_workers_up_kv_events_connects_each_worker_to_the_gateway() -> None:
+    import json
+
+    from backends.workers.cli import _with_kv_events
+
+    specs = worker_specs(place(2, gpus=[], cpu_count=2), {"model": "/m", "served_model_name": "m"})
+    assert _with_kv_events(specs, None) == specs
+    own = dataclasses.replace(specs[1][1], kv_events_config='{"endpoint":"tcp://*:6000"}')  # a [[workers]] table's own
+    planned = _with_kv_events([specs[0], (specs[1][0], own)], "tcp://127.0.0.1:5557")
+    config = json.loads(planned[0][1].kv_events_config)
+    assert (config["endpoint"], config["topic"], config["enable_kv_cache_events"]) == (
+        "tcp://127.0.0.1:5557", planned[0][1].origin, True)
+    assert planned[1][1].kv_events_config == '{"endpoint":"tcp://*:6000"}'
+    for bad in ("tcp://*:5557", "tcp://0.0.0.0:5557", "127.0.0.1:5557"):
+        with pytest.raises(ValueError, match="concrete tcp://host:port"):
+            _with_kv_events(specs, bad)

@@ -105,6 +105,7 @@ async def test_batches_over_a_real_zmq_socket_fill_the_worker_set() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        subscriber.close()
     assert sets.match("local-0", TOKENS) == 7 * BLOCK
     assert sets.match("local-1", TOKENS) == 2 * BLOCK
     assert sets.block_size("local-0") == BLOCK and subscriber.cleared == 0
@@ -235,7 +236,7 @@ async def test_no_events_yet_means_no_round_trip(tokenizer: Tokenizer) -> None:
 
 
 # -- the service: built with routing.kv_events on ------------------------------------------
-def service(bind: str) -> Any:
+def service(bind: str, metrics: Any = None) -> Any:
     from prometheus_client import CollectorRegistry
 
     from gateway.config import StateSettings
@@ -244,7 +245,7 @@ def service(bind: str) -> Any:
     from gateway.state.memory import MemoryStore
 
     routing = RoutingSettings(policy="prefix-precise", kv_events={"enabled": True, "bind": bind})
-    return SchedulingService(routing, StateSettings(), EndpointRegistry({}), metrics_registry=CollectorRegistry(),
+    return SchedulingService(routing, StateSettings(), EndpointRegistry({}), metrics_registry=metrics or CollectorRegistry(),
                              store=MemoryStore())
 
 
@@ -273,3 +274,70 @@ async def test_the_service_binds_feeds_the_scheduler_and_a_restart_clears() -> N
     finally:
         await built.stop()
     assert built._kv_task is None
+
+
+# -- connect mode: workers bind their publisher, every gateway process connects --------------
+def test_an_endpoint_kv_events_address_is_a_concrete_zmq_address() -> None:
+    from pydantic import ValidationError
+
+    from gateway.config.clusters import EndpointSettings
+
+    ok = EndpointSettings(url="http://w:8000/v1", model="m", kv_events="tcp://w:5557")
+    assert ok.kv_events == "tcp://w:5557" and EndpointSettings(url="http://w:8000/v1", model="m").kv_events is None
+    for bad in ("http://w:5557", "tcp://*:5557", "w:5557"):
+        with pytest.raises(ValidationError, match="concrete tcp://host:port"):
+            EndpointSettings(url="http://w:8000/v1", model="m", kv_events=bad)
+    assert RoutingSettings(kv_events={"bind": ""}).kv_events.connect is None  # no bind: nothing for local workers
+
+
+async def test_connect_mode_subscribes_to_each_worker_and_follows_the_registry() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from gateway.endpoints.registry import EndpointRegistry
+
+    context_ = zmq.Context()
+    publishers, addresses = [], []
+    for _ in range(2):  # two workers binding their own publisher, as vLLM does with tcp://*:PORT
+        pub = context_.socket(zmq.PUB)
+        port = pub.bind_to_random_port("tcp://127.0.0.1")
+        publishers.append(pub)
+        addresses.append(f"tcp://127.0.0.1:{port}")
+    endpoints = [Endpoint(EndpointSpec(f"w{i}", "c", f"http://127.0.0.1:{8200 + i}/v1", "m", kv_events=address))
+                 for i, address in enumerate(addresses)]
+    registry = EndpointRegistry({"c": tuple(endpoints)})
+    metrics = CollectorRegistry()
+    built = service("", metrics)  # no bind at all: connect mode only
+    built.registry = registry
+    await built.start()
+    try:
+        assert built._kv_task is None and built.kv_connections is not None
+        assert built.kv_connections.addresses == {"w0": addresses[0], "w1": addresses[1]}
+        seq = [0, 0]
+        while not (built.kv.known("w0") and built.kv.known("w1")):  # the slow joiner: empty batches until both arrive
+            for i, pub in enumerate(publishers):
+                pub.send_multipart(frames("any-topic", seq[i]))
+                seq[i] += 1
+            await asyncio.sleep(0.01)
+        before = built.kv_subscriber.batches
+        publishers[0].send_multipart(frames("the topic is ignored", seq[0], stored(1, 3)))
+        publishers[1].send_multipart(frames("w0", seq[1], stored(1, 5)))  # the socket names the worker, not the topic
+        while built.kv_subscriber.batches < before + 2:
+            await asyncio.sleep(0.01)
+        assert built.kv.match("w0", TOKENS) == 3 * BLOCK and built.kv.match("w1", TOKENS) == 5 * BLOCK
+        applied = [metrics.get_sample_value("kvgate_kv_event_batches_total", {"endpoint": w, "outcome": "applied"})
+                   for w in ("w0", "w1")]
+        assert applied[0] >= 2 and applied[1] >= 2 and sum(applied) == built.kv_subscriber.batches  # each counted once
+        publishers[0].send_multipart(frames("w0", seq[0] + 5, stored(9, 1)))  # batches lost: the set is cleared first
+        while metrics.get_sample_value("kvgate_kv_event_batches_total", {"endpoint": "w0", "outcome": "gap"}) is None:
+            await asyncio.sleep(0.01)
+        assert built.kv.match("w0", TOKENS) == BLOCK  # the 3 blocks before the gap are gone, the new one is held
+        registry.remove("w1")
+        built.kv_connections.sync()
+        assert built.kv_connections.addresses == {"w0": addresses[0]}
+        assert not built.kv.known("w1") and built.kv.size("w1") == 0  # a socket that goes forgets its worker
+    finally:
+        await built.stop()
+        for pub in publishers:
+            pub.close(0)
+        context_.term()
+    assert built._kv_connect_task is None and built.kv_connections.addresses == {}
