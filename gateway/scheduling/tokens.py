@@ -1,7 +1,7 @@
 """[io] Prompt tokens at routing time: the ``tokenize`` producer of precise mode.
 
-The producer asks one routable endpoint of the cluster (they all serve the same model) for the
-prompt's token ids with vLLM's ``POST /tokenize`` (``{"model", "messages"}`` for a chat request:
+The producer asks one routable endpoint of the cluster (they all serve the same model; the one
+with the fewest requests in flight, ties in turn) for the prompt's token ids with vLLM's ``POST /tokenize`` (``{"model", "messages"}`` for a chat request:
 the engine's own chat template with ``add_generation_prompt``, as ``/v1/chat/completions``
 applies it, ``tools`` and ``chat_template_kwargs`` passed through; ``{"model", "prompt"}`` for a
 text completion whose prompt is one string), under the profile's producer deadline
@@ -74,6 +74,10 @@ def held(sets: KvBlockSets, name: str, tokens: Sequence[int]) -> int:
     return min(sets.match(name, tokens, size), limit)
 
 
+def _in_flight(endpoint: Endpoint) -> int:
+    return endpoint.in_flight
+
+
 class TokenizeClient:
     """``await client(url, body, timeout_s) -> token ids``: a small aiohttp session, made on first use."""
 
@@ -105,6 +109,14 @@ class TokenizeProducer:
         self._sets = sets
         self._client = client
         self._timeout_s = timeout_s  # the runner's deadline cuts it shorter
+        self._turn = 0
+
+    def pick(self, endpoints: Sequence[Endpoint]) -> Endpoint:
+        """The endpoint to ask: the fewest requests in flight, ties taken in turn (so the
+        ``/tokenize`` calls spread over the cluster instead of all landing on its first worker)."""
+        self._turn = turn = (self._turn + 1) % len(endpoints)
+        ordered = endpoints[turn:] + endpoints[:turn] if turn else endpoints
+        return min(ordered, key=_in_flight)
 
     def write(self, hints: Hints, value: PreciseView) -> None:
         hints.precise = value
@@ -116,7 +128,7 @@ class TokenizeProducer:
         publishing = [e.spec.name for e in endpoints if sets.known(e.spec.name)]
         if not publishing:
             return None  # no events yet: nothing to be precise about, no round trip
-        spec = endpoints[0].spec
+        spec = self.pick(endpoints).spec
         body = tokenize_body(ctx.request.body, ctx.request.operation, spec.served_model)
         if body is None:
             return None

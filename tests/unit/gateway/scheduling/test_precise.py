@@ -341,3 +341,14 @@ async def test_connect_mode_subscribes_to_each_worker_and_follows_the_registry()
             pub.close(0)
         context_.term()
     assert built._kv_connect_task is None and built.kv_connections.addresses == {}
+
+
+def test_tokenize_asks_the_least_busy_endpoint_and_spreads_ties() -> None:
+    from gateway.scheduling.tokens import TokenizeProducer
+
+    producer = TokenizeProducer(KvBlockSets(), TokenizeClient())
+    endpoints = [worker(f"w{i}", 8300 + i) for i in range(3)]
+    asked = [producer.pick(endpoints).spec.name for _ in range(6)]
+    assert sorted(asked) == ["w0", "w0", "w1", "w1", "w2", "w2"]  # idle workers: each in turn
+    endpoints[0].in_flight = endpoints[2].in_flight = 4
+    assert {producer.pick(endpoints).spec.name for _ in range(6)} == {"w1"}  # the least busy one
