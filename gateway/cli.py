@@ -293,6 +293,9 @@ async def _up_async(args: argparse.Namespace) -> int:
     runtime = await asyncio.to_thread(prepare_runtime, log=_progress)
     admin_key = console_key(settings.server.host)
     settings = up_settings(args, [], runtime.served_model_name, admin_key)  # endpoints come from the supervisor
+    if settings.routing.kv_events.enabled and not settings.routing.kv_events.bind:
+        raise ConfigError("routing.kv_events.bind: kvgate up's workers publish to the gateway's bind; "
+                          "it cannot be empty with routing.kv_events.enabled")
     app = create_app(settings)
     try:  # prints the one-line dtype notice (backends.host) before the launch
         supervisor = local_supervisor(

@@ -60,16 +60,25 @@ def _worker_specs(args: argparse.Namespace, model: str, served: str, facts: Any,
 def _with_kv_events(specs: list[tuple[str, Any]], address: str | None) -> list[tuple[str, Any]]:
     """``--kv-events ADDRESS``: each worker publishes its KV events to the gateway's
     ``routing.kv_events.bind`` at ADDRESS (topic: the worker's origin, as ``kvgate up`` does); a
-    ``[[workers]]`` table's own ``kv_events_config`` wins. Raises ``ValueError`` for a wildcard or
-    non-ZMQ address (vLLM would bind it instead of connecting)."""
+    ``[[workers]]`` table's own ``kv_events_config`` wins. Raises ``ValueError`` for an address
+    vLLM would bind instead of connecting to (its rule: ``*`` or ``::`` in it, ``ipc://`` or
+    ``inproc://``), a ``0.0.0.0`` host, or one that is not ``tcp://HOST:PORT``."""
     import dataclasses
+    from urllib.parse import urlsplit
 
     from backends.workers.vllm_args import kv_events_json
 
     if address is None:
         return specs
-    if not address.startswith(("tcp://", "ipc://")) or "*" in address or "0.0.0.0" in address:
-        raise ValueError(f"--kv-events {address}: must be the gateway's concrete tcp://host:port (or ipc://) address")
+    binds = "*" in address or "::" in address or address.startswith(("ipc://", "inproc://"))
+    try:
+        parts = urlsplit(address)
+        concrete = parts.scheme == "tcp" and parts.hostname not in (None, "0.0.0.0") and parts.port is not None
+    except ValueError:
+        concrete = False
+    if binds or not concrete:
+        raise ValueError(f"--kv-events {address}: must be the gateway's concrete tcp://host:port address "
+                         "(vLLM binds wildcard, '::' and ipc:// addresses instead of connecting)")
     return [(name, spec if spec.kv_events_config else
              dataclasses.replace(spec, kv_events_config=kv_events_json(address, topic=spec.origin)))
             for name, spec in specs]
@@ -219,8 +228,8 @@ def add_workers(subparsers: Any) -> None:
     up.add_argument("--served-model-name")
     up.add_argument("--worker-python", help="python of a venv with vLLM (default: the prepared worker venv)")
     up.add_argument("--kv-events", metavar="ADDRESS",
-                    help="precise mode: publish KV events to the gateway's routing.kv_events.bind at this ZMQ address "
-                         "(e.g. tcp://127.0.0.1:5557; topic: each worker's origin)")
+                    help="precise mode: publish KV events to the gateway's routing.kv_events.bind at this "
+                         "tcp://host:port (e.g. tcp://127.0.0.1:5557; topic: each worker's origin)")
     up.set_defaults(run=_guarded(_workers_up))
     status = actions.add_parser("status", help="workers run by `kvgate workers up`")
     status.add_argument("--json", action="store_true")

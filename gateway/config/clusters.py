@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from gateway.config.admission import MAX_WAIT_S
-from gateway.config.section import Section, endpoint_url_problem, redact_url
+from gateway.config.section import Section, endpoint_url_problem, redact_url, zmq_address_problem
 from gateway.config.selection import ClusterSelectionSettings, ThinkingSwitch, Tier
 from gateway.config.upstream import TimeoutSettings
 
@@ -34,8 +34,9 @@ class EndpointSettings(Section):
     def _zmq_address(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        if not value.startswith(("tcp://", "ipc://")) or "*" in value or len(value) > 2048:
-            raise ValueError(f"must be a concrete tcp://host:port or ipc:// ZMQ address, got {redact_url(value)!r}")
+        problem = zmq_address_problem(value, wildcard=False)
+        if problem is not None:
+            raise ValueError(f"{problem}, got {value[:100]!r}")
         return value
 
     @field_validator("url", "health_url")

@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.config.section import zmq_address_problem
+
 BASIC_POLICIES = ("least-in-flight", "round-robin")
 """The built-in profiles that rank on in-flight counts and rotation only (no closed loop)."""
 
@@ -164,8 +166,9 @@ class KvEventsSettings(_Section):
     def _tcp(cls, value: str) -> str:
         if value == "":
             return value
-        if not value.startswith(("tcp://", "ipc://")):
-            raise ValueError(f"must be a tcp:// or ipc:// ZMQ address, got {value!r}")
+        problem = zmq_address_problem(value, wildcard=True)
+        if problem is not None:
+            raise ValueError(f"{problem}, got {value[:100]!r}")
         return value
 
     @property

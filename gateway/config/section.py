@@ -6,6 +6,7 @@ every section (unknown keys are errors, values are immutable once validated).
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
@@ -34,6 +35,28 @@ def endpoint_url_problem(url: str) -> str | None:
         return "is not a valid URL"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "must be an http(s) URL with a host"
+    return None
+
+
+_ZMQ_TCP = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+|\*):([0-9]{1,5})")
+
+
+def zmq_address_problem(address: str, *, wildcard: bool) -> str | None:
+    """Why ``address`` cannot be a ZMQ endpoint of KV events, or None if it can.
+
+    ``tcp://HOST:PORT`` (a name, an IPv4 address or a bracketed IPv6 one; ``*`` only where
+    ``wildcard``: a bind) with a port 1-65535, or ``ipc://PATH`` with a path; printable ASCII
+    without spaces (libzmq refuses anything else only when the socket connects).
+    """
+    if not address.isascii() or not address.isprintable() or " " in address or len(address) > 1024:
+        return "must be printable ASCII without spaces, at most 1024 characters"
+    if address.startswith("ipc://"):
+        return None if len(address) > len("ipc://") else "an ipc:// address needs a path"
+    match = _ZMQ_TCP.fullmatch(address)
+    if match is None or not 1 <= int(match.group(2)) <= 65535:
+        return "must be tcp://HOST:PORT (port 1-65535; IPv6 in brackets) or ipc://PATH"
+    if match.group(1) == "*" and not wildcard:
+        return "must name a concrete host (a wildcard is for binding)"
     return None
 
 

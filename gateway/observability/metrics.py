@@ -292,8 +292,8 @@ class RoutingMetrics:
         )
         self.capacity = Gauge("kvgate_prefix_index_capacity_blocks", "Capacity of an endpoint's prefix index, in blocks.",
                               ["endpoint"], registry=r, multiprocess_mode="livemax")
-        self.degraded = Gauge("kvgate_state_degraded", "1 while the shared state store is bypassed (local view).",
-                              registry=r, multiprocess_mode="livemax")
+        self.degraded = Gauge("kvgate_state_degraded", "1 while the shared state store is bypassed and routing uses "
+                              "the local view.", registry=r, multiprocess_mode="livemax")
         self.fallbacks = Counter("kvgate_state_fallbacks", "Shared state store calls that fell back to the local view.",
                                  ["reason"], registry=r)
         self.scrape_failures = Counter("kvgate_engine_scrape_failures", "Failed scrapes of an endpoint's /metrics.",

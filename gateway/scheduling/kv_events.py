@@ -25,7 +25,12 @@ it clears that worker's set first, a gap (``seq > last + 1``: batches lost, e.g.
 high-water mark) as well as a restart (``seq <= last``: a new engine, whose cache is empty). A cleared
 set under-claims (the engine still holds blocks the set forgot; they return as they are stored
 again) and never claims a block the engine dropped. The scraper's restart detection (new
-``process_start_time_seconds``) clears it too (``scheduling/service.py``).
+``process_start_time_seconds``) clears it too (``scheduling/service.py``). A block stored on a
+parent the set never saw (after a gap, or a subscription that started late, as every new gateway
+replica's does in connect mode) cannot be chained; it is kept as an *orphan* until its
+``BlockRemoved``, and while a worker has orphans :meth:`KvBlockSets.complete` is False and
+precise mode does not use its set (the decision falls back to the approximate index): such a set
+would under-claim exactly the prefixes still being extended, the hottest ones.
 
 Wiring: :mod:`gateway.scheduling.kv_subscriber` (the ZMQ socket, optional extra ``precise``),
 the ``tokenize`` producer and the ``precise-prefix`` scorer (``scheduling/tokens.py``,
@@ -68,6 +73,7 @@ class KvBlockSets:
         self._blocks: dict[str, set[int]] = {}
         self._seq: dict[str, int] = {}
         self._block_size: dict[str, int] = {}
+        self._orphans: dict[str, set[Any]] = {}  # vLLM hashes stored on a parent never seen
 
     def apply_batch(self, worker: str, seq: int, events: Iterable[Any]) -> str | None:
         """Apply batch number ``seq`` of ``worker``; returns ``"gap"`` or ``"restart"`` when the
@@ -107,8 +113,13 @@ class KvBlockSets:
         by_vllm = self._by_vllm.setdefault(worker, {})
         blocks = self._blocks.setdefault(worker, set())
         parent = ROOT if parent_vllm is None else by_vllm.get(parent_vllm)
-        if parent is None or size <= 0:
-            return  # parent unknown (events lost or subscribed late): cannot chain
+        if size <= 0:
+            return
+        if parent is None:  # parent unknown (subscribed late): cannot chain; the set is incomplete until they go
+            self._orphans.setdefault(worker, set()).update(hashes)
+            if len(self._orphans[worker]) > self._max_blocks:
+                self.clear(worker)
+            return
         self._block_size[worker] = size
         for index, vllm_hash in enumerate(hashes):
             chunk = tokens[index * size : (index + 1) * size]
@@ -126,10 +137,13 @@ class KvBlockSets:
             return
         by_vllm = self._by_vllm.get(worker, {})
         blocks = self._blocks.get(worker, set())
+        orphans = self._orphans.get(worker)
         for vllm_hash in _field(event, "block_hashes", 1) or []:
             ours = by_vllm.pop(vllm_hash, None)
             if ours is not None:
                 blocks.discard(ours)
+            elif orphans:
+                orphans.discard(vllm_hash)
 
     def _cleared(self, worker: str, event: Any) -> None:
         self.clear(worker)
@@ -141,6 +155,14 @@ class KvBlockSets:
     def clear(self, worker: str) -> None:
         self._by_vllm.pop(worker, None)
         self._blocks.pop(worker, None)
+        self._orphans.pop(worker, None)
+
+    def complete(self, worker: str) -> bool:
+        """Whether ``worker``'s set holds every engine block it knows of: False while blocks stored
+        on a parent it never saw (a subscription that started after the engine cached them) are
+        still in the engine (until their ``BlockRemoved``, an ``AllBlocksCleared`` or a restart).
+        An incomplete set would under-claim exactly the hottest prefixes, so it is not used."""
+        return not self._orphans.get(worker)
 
     def forget(self, worker: str) -> None:
         """Drop everything known of ``worker``, its batch sequence too (:meth:`known` is False again)."""

@@ -48,6 +48,14 @@ from gateway.scheduling.kv_events import KvBlockSets
 log = logging.getLogger("kvgate.kv_events")
 
 EXTRA_MODULES = ("zmq", "msgspec")
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Largest KV-event message accepted, bytes (libzmq drops the connection on a larger one)."""
+CONNECT_HWM = 10_000
+"""Messages queued per connect-mode socket (one per worker) before libzmq drops; the bind socket holds 100,000."""
+RECONNECT_MAX_MS = 10_000
+"""Reconnect back-off ceiling, ms (libzmq starts at 100 ms): a worker still loading its model is not dialled 10x a second."""
+HEARTBEAT_MS, HEARTBEAT_TIMEOUT_MS = 5_000, 15_000
+"""ZMTP heartbeat interval and timeout, ms: a half-open connection (a lost node) is noticed and redialled."""
 
 
 def require_extra() -> None:
@@ -103,6 +111,7 @@ class KvEventSubscriber:
         self._decode_error = msgspec.DecodeError
         self._metrics = metrics
         self._context: Any = None
+        self.connected: set[str] = set()  # workers with a connect-mode socket (their bind-path batches are dropped)
         self.batches = 0
         self.unknown = 0
         self.cleared = 0
@@ -117,6 +126,8 @@ class KvEventSubscriber:
         topic, seq_bytes, payload = frames
         if worker is None:
             worker = self._resolve(topic.decode("utf-8", "replace"))
+            if worker is not None and worker in self.connected:  # its own socket feeds it: one sequence only
+                return self._dropped("connected")
         if worker is None:
             self.unknown += 1
             if self._metrics is not None:
@@ -138,21 +149,26 @@ class KvEventSubscriber:
         return worker
 
     def _dropped(self, reason: str) -> None:
-        self.bad += 1
+        if reason != "connected":
+            self.bad += 1
         if self._metrics is not None:
             self._metrics.kv_event_dropped.labels(reason).inc()
         return None
 
-    def _sub_socket(self) -> Any:
+    def _sub_socket(self, hwm: int = 100_000) -> Any:
+        """A SUB socket of every topic: IPv6 as well as IPv4, at most ``MAX_MESSAGE_BYTES`` per
+        message, reconnects backing off to ``RECONNECT_MAX_MS``, ZMTP heartbeats (a half-open
+        connection is dropped and redialled after ``HEARTBEAT_TIMEOUT_MS``)."""
         import zmq
         import zmq.asyncio
 
         if self._context is None:
             self._context = zmq.asyncio.Context()
         socket = self._context.socket(zmq.SUB)
-        socket.setsockopt(zmq.SUBSCRIBE, b"")
-        socket.setsockopt(zmq.RCVHWM, 100_000)
-        socket.setsockopt(zmq.LINGER, 0)
+        for option, value in ((zmq.SUBSCRIBE, b""), (zmq.RCVHWM, hwm), (zmq.LINGER, 0), (zmq.IPV6, 1),
+                              (zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES), (zmq.RECONNECT_IVL_MAX, RECONNECT_MAX_MS),
+                              (zmq.HEARTBEAT_IVL, HEARTBEAT_MS), (zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)):
+            socket.setsockopt(option, value)
         return socket
 
     def open(self) -> Any:
@@ -169,9 +185,14 @@ class KvEventSubscriber:
 
     def connect(self, address: str) -> Any:
         """A SUB socket connected to one worker's publisher at ``address`` (connect mode). ZMQ
-        connects in the background and reconnects after the worker restarts, so this never waits."""
-        socket = self._sub_socket()
-        socket.connect(address)
+        connects in the background and reconnects after the worker restarts, so this never waits.
+        Raises ``zmq.ZMQError`` for an address libzmq refuses (the socket is closed first)."""
+        socket = self._sub_socket(CONNECT_HWM)
+        try:
+            socket.connect(address)
+        except Exception:
+            socket.close(0)
+            raise
         return socket
 
     async def run(self, socket: Any, worker: str | None = None) -> None:
@@ -182,17 +203,18 @@ class KvEventSubscriber:
                 frames = await socket.recv_multipart()
                 try:
                     self.handle(frames, worker)
-                except Exception:  # one bad batch must not end precise mode
-                    self.bad += 1
-                    log.exception("KV events: a batch could not be applied")
+                except Exception as error:  # one bad batch must not end precise mode
+                    self._dropped("malformed")
+                    if self.bad <= 10 or self.bad % 1000 == 0:  # bounded: a broken publisher must not flood the log
+                        log.warning("KV events: a batch could not be applied (%d so far): %r", self.bad, error)
         finally:
             socket.close(0)
 
     def close(self) -> None:
-        """Terminate the ZMQ context (after every socket's task ended)."""
+        """Close every socket still open and the ZMQ context (never blocks: linger 0)."""
         if self._context is not None:
             with contextlib.suppress(Exception):
-                self._context.term()
+                self._context.destroy(linger=0)
             self._context = None
 
 
@@ -214,43 +236,62 @@ class KvEventConnections:
         self._sets = sets
         self._endpoints = endpoints
         self.interval_s = interval_s
-        self._open: dict[str, tuple[str, asyncio.Task[None]]] = {}  # endpoint -> (address, reader)
+        self._open: dict[str, tuple[str, Any, asyncio.Task[None]]] = {}  # endpoint -> (address, socket, reader)
+        self._refused: dict[str, str] = {}  # endpoint -> an address libzmq refused (logged once)
 
     @property
     def addresses(self) -> dict[str, str]:
         """Endpoint name -> the address its socket is connected to."""
-        return {name: address for name, (address, _) in self._open.items()}
+        return {name: address for name, (address, _, _) in self._open.items()}
 
     def sync(self) -> None:
-        """Open a socket for each endpoint with a new or changed ``kv_events`` address, close the rest."""
+        """Open a socket for each endpoint with a new or changed ``kv_events`` address, close the
+        rest. An address libzmq refuses is logged once and skipped; the others are unaffected."""
         wanted = {e.spec.name: e.spec.kv_events for e in self._endpoints() if e.spec.kv_events}
-        for name, (address, task) in list(self._open.items()):
+        for name, (address, socket, task) in list(self._open.items()):
             if wanted.get(name) != address:
-                task.cancel()
-                del self._open[name]
-                self._sets.forget(name)
+                self._close(name, socket, task)
         for name, address in wanted.items():
-            if name not in self._open:
+            if name in self._open or self._refused.get(name) == address:
+                continue
+            try:
                 socket = self._subscriber.connect(address)
-                task = asyncio.create_task(self._subscriber.run(socket, name), name=f"kv-events-{name}")
-                self._open[name] = (address, task)
-                log.info("KV events of %s: subscribed to %s", name, address)
+            except Exception as error:  # zmq.ZMQError: an address that passed validation yet libzmq refuses
+                self._refused[name] = address
+                log.error("KV events of %s: cannot connect to %s (%s); its decisions use the approximate index",
+                          name, address, error)
+                continue
+            self._refused.pop(name, None)
+            task = asyncio.create_task(self._subscriber.run(socket, name), name=f"kv-events-{name}")
+            self._open[name] = (address, socket, task)
+            self._subscriber.connected.add(name)
+            log.info("KV events of %s: subscribed to %s", name, address)
+
+    def _close(self, name: str, socket: Any, task: asyncio.Task[None]) -> None:
+        task.cancel()
+        socket.close(0)  # now, even if the task never started (its finally would not run)
+        del self._open[name]
+        self._subscriber.connected.discard(name)
+        self._sets.forget(name)
 
     async def run(self) -> None:
-        """:meth:`sync` every ``interval_s`` until cancelled; then every socket is closed."""
+        """:meth:`sync` every ``interval_s`` until cancelled (then :meth:`aclose`)."""
         try:
             while True:
                 try:
                     self.sync()
-                except Exception:  # e.g. a malformed address added at run time: keep the others
-                    log.exception("KV events: connecting to the workers' publishers failed")
+                except Exception:  # the registry itself failed: try again next round
+                    log.exception("KV events: following the registry failed")
                 await asyncio.sleep(self.interval_s)
         finally:
-            tasks = [task for _, task in self._open.values()]
-            self._open.clear()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every socket and end every reader (safe to call twice, or before :meth:`run` started)."""
+        tasks = [task for _, _, task in self._open.values()]
+        for name, (_, socket, task) in list(self._open.items()):
+            self._close(name, socket, task)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def start(subscriber: KvEventSubscriber) -> asyncio.Task[None] | None:

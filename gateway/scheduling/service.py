@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -41,6 +42,8 @@ from gateway.state.base import StateStore
 from gateway.state.memory import MemoryStore
 from gateway.state.redis import RedisStore
 from gateway.state.redis_mirror import MirrorStore
+
+log = logging.getLogger("kvgate.kv_events")
 
 
 def build_store(settings: StateSettings, registry: EndpointRegistry, metrics: RoutingMetrics,
@@ -82,6 +85,8 @@ class SchedulingService:
         self.kv_connections: KvEventConnections | None = None
         self._kv_task: asyncio.Task[None] | None = None
         self._kv_connect_task: asyncio.Task[None] | None = None
+        if not routing.kv_events.enabled and registry is not None and any(e.spec.kv_events for e in registry):
+            log.warning("endpoints have kv_events addresses but routing.kv_events.enabled is false: not subscribed")
         if routing.kv_events.enabled:
             kv_subscriber.require_extra()
             self.kv_subscriber = KvEventSubscriber(
@@ -134,6 +139,8 @@ class SchedulingService:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._task = self._kv_task = self._kv_connect_task = None
+        if self.kv_connections is not None:
+            await self.kv_connections.aclose()  # also when its task was cancelled before it ever ran
         if self.kv_subscriber is not None:
             self.kv_subscriber.close()
         await self.tokenize.aclose()

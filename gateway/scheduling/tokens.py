@@ -8,7 +8,8 @@ text completion whose prompt is one string), under the profile's producer deadli
 (``routing.producer_deadline_ms``; late or failed = no hint, the scorer falls back). With the
 tokens, it reads every candidate's exact match from the KV-event sets
 (:meth:`~gateway.scheduling.kv_events.KvBlockSets.match`) into a :class:`PreciseView`
-(``Hints.precise``): only endpoints that ever published events get a value. With a single
+(``Hints.precise``): only endpoints that published events and whose set is complete
+(:meth:`~gateway.scheduling.kv_events.KvBlockSets.complete`) get a value. With a single
 routable endpoint there is nothing to choose: no round trip.
 
 Why the worker's ``/tokenize`` and not an in-process tokenizer: it is the engine's own template
@@ -74,8 +75,8 @@ def held(sets: KvBlockSets, name: str, tokens: Sequence[int]) -> int:
     return min(sets.match(name, tokens, size), limit)
 
 
-def _in_flight(endpoint: Endpoint) -> int:
-    return endpoint.in_flight
+def _in_flight(endpoint: Endpoint) -> float:
+    return endpoint.in_flight / endpoint.spec.weight
 
 
 class TokenizeClient:
@@ -112,7 +113,7 @@ class TokenizeProducer:
         self._turn = 0
 
     def pick(self, endpoints: Sequence[Endpoint]) -> Endpoint:
-        """The endpoint to ask: the fewest requests in flight, ties taken in turn (so the
+        """The endpoint to ask: the fewest requests in flight per unit of weight, ties taken in turn (so the
         ``/tokenize`` calls spread over the cluster instead of all landing on its first worker)."""
         self._turn = turn = (self._turn + 1) % len(endpoints)
         ordered = endpoints[turn:] + endpoints[:turn] if turn else endpoints
@@ -125,7 +126,7 @@ class TokenizeProducer:
         sets = self._sets
         if len(endpoints) < 2:
             return None  # nothing to choose between: no round trip (the prediction stays approximate)
-        publishing = [e.spec.name for e in endpoints if sets.known(e.spec.name)]
+        publishing = [e.spec.name for e in endpoints if sets.known(e.spec.name) and sets.complete(e.spec.name)]
         if not publishing:
             return None  # no events yet: nothing to be precise about, no round trip
         spec = self.pick(endpoints).spec

@@ -269,6 +269,7 @@ def test_static_clusters_routes_and_models(external_redis_install, monkeypatch):
     assert onprem.max_context_tokens == cfg["clusters"]["onprem"]["max_context_tokens"]
     assert onprem.price.input_per_mtok == 0.2 and onprem.price.cached_input_per_mtok is None
     assert onprem.selection.slots_per_endpoint == 32
+    assert [e.kv_events for e in onprem.endpoints] == ["tcp://10.20.1.10:5557", None]  # a static worker's publisher
     assert settings.clusters["openai"].price.cached_input_per_mtok == 0.075
     route = settings.routes["llama-with-fallback"]
     assert route.clusters == ["onprem", "openai"]

@@ -112,8 +112,8 @@ async def test_connect_mode_reaches_a_worker_that_binds_its_publisher(vllm_runti
                                                    kv_events=f"tcp://127.0.0.1:{port}")))
             sources = (await client.get(f"{worker.origin}/kv_event_sources")).json()
             assert [s["endpoint"] for s in sources.values()] == [f"tcp://*:{port}"]
-            warm = {"model": "smollm2", "messages": [{"role": "user", "content": "warm-up " * 80}], "max_tokens": 1}
-            for _ in range(20):  # the slow joiner: until one batch arrived over the new subscription
+            for i in range(20):  # the slow joiner: until one batch arrived (a new prompt each time: new blocks)
+                warm = {"model": "smollm2", "messages": [{"role": "user", "content": f"warm-up {i} " * 80}], "max_tokens": 1}
                 await client.post(f"{worker.base_url}/chat/completions", json=warm)
                 if sets.known("static-0"):
                     break

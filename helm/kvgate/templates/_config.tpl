@@ -246,6 +246,9 @@ model = {{ $e.model | toJson }}
 {{- with $e.health_url }}
 health_url = {{ . | toJson }}
 {{- end }}
+{{- with $e.kv_events }}
+kv_events = {{ . | toJson }}
+{{- end }}
 {{- if hasKey $e "weight" }}
 weight = {{ include "kvgate.pyFloat" $e.weight }}
 {{- end }}

@@ -103,6 +103,7 @@ def test_workers_up_kv_events_connects_each_worker_to_the_gateway() -> None:
     assert (config["endpoint"], config["topic"], config["enable_kv_cache_events"]) == (
         "tcp://127.0.0.1:5557", planned[0][1].origin, True)
     assert planned[1][1].kv_events_config == '{"endpoint":"tcp://*:6000"}'
-    for bad in ("tcp://*:5557", "tcp://0.0.0.0:5557", "127.0.0.1:5557"):
+    assert _with_kv_events(specs, "tcp://10.0.0.0:5557")[0][1].kv_events_config  # not mistaken for 0.0.0.0
+    for bad in ("tcp://*:5557", "tcp://0.0.0.0:5557", "127.0.0.1:5557", "ipc:///tmp/kv", "tcp://[::1]:5557", "tcp://w"):
         with pytest.raises(ValueError, match="concrete tcp://host:port"):
             _with_kv_events(specs, bad)

@@ -73,6 +73,15 @@ def worker(name: str, port: int = 1) -> Endpoint:
     return Endpoint(EndpointSpec(name, "c", f"http://127.0.0.1:{port}/v1", "m"))
 
 
+async def until(condition, what: str, rounds: int = 500) -> None:  # noqa: ANN001
+    """Wait for ``condition`` (polled every 10 ms, at most ``rounds`` times); fail, never hang."""
+    for _ in range(rounds):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -147,7 +156,7 @@ def test_enabled_without_the_extra_is_a_clear_config_error(monkeypatch: pytest.M
 
 def test_kv_events_settings() -> None:
     assert RoutingSettings(kv_events={"bind": "tcp://*:6000"}).kv_events.connect == "tcp://127.0.0.1:6000"
-    with pytest.raises(ValueError, match="tcp:// or ipc://"):
+    with pytest.raises(ValueError, match="tcp://HOST:PORT"):
         RoutingSettings(kv_events={"bind": "127.0.0.1:6000"})
 
 
@@ -284,9 +293,14 @@ def test_an_endpoint_kv_events_address_is_a_concrete_zmq_address() -> None:
 
     ok = EndpointSettings(url="http://w:8000/v1", model="m", kv_events="tcp://w:5557")
     assert ok.kv_events == "tcp://w:5557" and EndpointSettings(url="http://w:8000/v1", model="m").kv_events is None
-    for bad in ("http://w:5557", "tcp://*:5557", "w:5557"):
-        with pytest.raises(ValidationError, match="concrete tcp://host:port"):
+    for good in ("tcp://[::1]:5557", "ipc:///tmp/kv", "tcp://10.0.0.0:1"):
+        assert EndpointSettings(url="http://w:8000/v1", model="m", kv_events=good).kv_events == good
+    for bad in ("http://w:5557", "tcp://*:5557", "w:5557", "tcp://w", "tcp://w:", "ipc://", "tcp://a b:1",
+                "tcp://w:5557 ", "tcp://w:99999", "tcp://w:0"):
+        with pytest.raises(ValidationError, match="tcp://HOST:PORT|concrete host|ipc:// address|printable"):
             EndpointSettings(url="http://w:8000/v1", model="m", kv_events=bad)
+    with pytest.raises(ValidationError, match="tcp://HOST:PORT"):
+        RoutingSettings(kv_events={"bind": "tcp://127.0.0.1"})
     assert RoutingSettings(kv_events={"bind": ""}).kv_events.connect is None  # no bind: nothing for local workers
 
 
@@ -313,23 +327,25 @@ async def test_connect_mode_subscribes_to_each_worker_and_follows_the_registry()
         assert built._kv_task is None and built.kv_connections is not None
         assert built.kv_connections.addresses == {"w0": addresses[0], "w1": addresses[1]}
         seq = [0, 0]
-        while not (built.kv.known("w0") and built.kv.known("w1")):  # the slow joiner: empty batches until both arrive
+
+        def probe() -> bool:  # the slow joiner: empty batches until both subscriptions arrived
             for i, pub in enumerate(publishers):
                 pub.send_multipart(frames("any-topic", seq[i]))
                 seq[i] += 1
-            await asyncio.sleep(0.01)
+            return built.kv.known("w0") and built.kv.known("w1")
+
+        await until(probe, "a batch from each worker")
         before = built.kv_subscriber.batches
         publishers[0].send_multipart(frames("the topic is ignored", seq[0], stored(1, 3)))
         publishers[1].send_multipart(frames("w0", seq[1], stored(1, 5)))  # the socket names the worker, not the topic
-        while built.kv_subscriber.batches < before + 2:
-            await asyncio.sleep(0.01)
+        await until(lambda: built.kv_subscriber.batches >= before + 2, "both stored batches")
         assert built.kv.match("w0", TOKENS) == 3 * BLOCK and built.kv.match("w1", TOKENS) == 5 * BLOCK
         applied = [metrics.get_sample_value("kvgate_kv_event_batches_total", {"endpoint": w, "outcome": "applied"})
                    for w in ("w0", "w1")]
         assert applied[0] >= 2 and applied[1] >= 2 and sum(applied) == built.kv_subscriber.batches  # each counted once
         publishers[0].send_multipart(frames("w0", seq[0] + 5, stored(9, 1)))  # batches lost: the set is cleared first
-        while metrics.get_sample_value("kvgate_kv_event_batches_total", {"endpoint": "w0", "outcome": "gap"}) is None:
-            await asyncio.sleep(0.01)
+        await until(lambda: metrics.get_sample_value("kvgate_kv_event_batches_total",
+                                                     {"endpoint": "w0", "outcome": "gap"}) is not None, "the gap")
         assert built.kv.match("w0", TOKENS) == BLOCK  # the 3 blocks before the gap are gone, the new one is held
         registry.remove("w1")
         built.kv_connections.sync()
@@ -352,3 +368,74 @@ def test_tokenize_asks_the_least_busy_endpoint_and_spreads_ties() -> None:
     assert sorted(asked) == ["w0", "w0", "w1", "w1", "w2", "w2"]  # idle workers: each in turn
     endpoints[0].in_flight = endpoints[2].in_flight = 4
     assert {producer.pick(endpoints).spec.name for _ in range(6)} == {"w1"}  # the least busy one
+
+
+async def test_start_then_stop_at_once_closes_everything() -> None:
+    """The connect task cancelled before it ever ran: stop() still closes every socket (a ZMQ
+    context with an open socket would block its termination forever)."""
+    from gateway.endpoints.registry import EndpointRegistry
+
+    built = service("")
+    built.registry = EndpointRegistry({"c": (Endpoint(EndpointSpec("w", "c", "http://127.0.0.1:1/v1", "m",
+                                                                    kv_events=f"tcp://127.0.0.1:{free_port()}")),)})
+    await built.start()
+    assert built.kv_connections.addresses  # subscribed at start
+    await asyncio.wait_for(built.stop(), 5)
+    assert built.kv_connections.addresses == {} and built.kv_subscriber._context is None
+
+
+async def test_an_address_libzmq_refuses_is_skipped_and_the_others_subscribe(monkeypatch: pytest.MonkeyPatch) -> None:
+    endpoints = [worker("bad"), worker("good")]
+    endpoints[0].spec = EndpointSpec("bad", "c", "http://127.0.0.1:1/v1", "m", kv_events="tcp://no-such-host.invalid:1")
+    endpoints[1].spec = EndpointSpec("good", "c", "http://127.0.0.1:2/v1", "m", kv_events=f"tcp://127.0.0.1:{free_port()}")
+    subscriber = KvEventSubscriber("", KvBlockSets(), resolver(lambda: endpoints))
+    real = subscriber.connect
+    calls: list[str] = []
+
+    def connect(address: str) -> Any:
+        calls.append(address)
+        if "invalid" in address:
+            raise zmq.ZMQError(22, "Invalid argument")
+        return real(address)
+
+    monkeypatch.setattr(subscriber, "connect", connect)
+    connections = kv_subscriber.KvEventConnections(subscriber, KvBlockSets(), lambda: endpoints)
+    connections.sync()
+    connections.sync()  # the refused address is not retried every round (nor logged again)
+    try:
+        assert list(connections.addresses) == ["good"] and calls.count("tcp://no-such-host.invalid:1") == 1
+    finally:
+        await connections.aclose()
+        subscriber.close()
+
+
+def test_a_set_with_blocks_stored_on_unseen_parents_is_incomplete_until_they_go() -> None:
+    sets = KvBlockSets()
+    sets.apply_batch("w", 7, [msgspec.to_builtins(stored(1, 2))])  # a late subscription: the root chain is seen
+    assert sets.complete("w")
+    sets.apply_batch("w", 8, [msgspec.to_builtins(stored(50, 2, parent=40, start=2 * BLOCK))])  # parent 40 unseen
+    assert not sets.complete("w") and sets.match("w", TOKENS) == 2 * BLOCK
+    sets.apply_batch("w", 9, [msgspec.to_builtins(BlockRemoved([50]))])
+    assert not sets.complete("w")
+    sets.apply_batch("w", 10, [msgspec.to_builtins(BlockRemoved([51]))])  # the last orphan evicted
+    assert sets.complete("w")
+    sets.apply_batch("w", 11, [msgspec.to_builtins(stored(60, 1, parent=99))])
+    sets.apply_batch("w", 12, [msgspec.to_builtins(AllBlocksCleared())])
+    assert sets.complete("w")
+
+
+async def test_an_incomplete_set_is_not_used_for_precise_decisions(tokenizer: Tokenizer) -> None:
+    from gateway.scheduling.tokens import TokenizeProducer
+
+    sets = KvBlockSets()
+    for name in ("w0", "w1"):
+        sets.apply_batch(name, 0, [msgspec.to_builtins(stored(1, 2))])
+    sets.apply_batch("w1", 1, [msgspec.to_builtins(stored(50, 1, parent=40))])  # w1 subscribed late
+    client = TokenizeClient()
+    producer = TokenizeProducer(sets, client)
+    endpoints = [worker("w0", tokenizer.port), worker("w1", tokenizer.port)]  # type: ignore[attr-defined]
+    try:
+        view = await producer.produce(context(), endpoints)
+    finally:
+        await client.aclose()
+    assert view is not None and set(view.matched) == {"w0"}  # w1 gets no precise value: the scorer falls back
