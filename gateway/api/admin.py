@@ -110,7 +110,22 @@ def endpoint_view(
         "latency": {"requests": int(count), "mean_s": round(mean, 6)},
         "prefix_index_blocks": prefix_store.size(endpoint.name) if prefix_store is not None else None,
         "engine": _engine(request, endpoint.name) if request is not None else None,
+        "kv_events": _kv_events(request, endpoint) if request is not None else None,
     }
+
+
+def _kv_events(request: Request, endpoint: Any) -> dict[str, Any] | None:
+    """Precise mode's view of the endpoint (None when it is off): the address its socket connects
+    to (connect mode) or None, whether any batch came, whether its block set is complete (else
+    precise decisions fall back), its blocks and block size (tokens)."""
+    routing = getattr(request.app.state, "routing", None)
+    sets = getattr(routing, "kv", None)
+    if sets is None or getattr(routing, "kv_subscriber", None) is None:
+        return None
+    name = endpoint.name
+    connected = routing.kv_connections.addresses.get(name) if routing.kv_connections is not None else None
+    return {"address": connected, "publishing": sets.known(name), "complete": sets.complete(name),
+            "blocks": sets.size(name), "block_size": sets.block_size(name)}
 
 
 class EndpointCreate(BaseModel):

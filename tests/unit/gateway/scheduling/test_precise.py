@@ -439,3 +439,26 @@ async def test_an_incomplete_set_is_not_used_for_precise_decisions(tokenizer: To
     finally:
         await client.aclose()
     assert view is not None and set(view.matched) == {"w0"}  # w1 gets no precise value: the scorer falls back
+
+
+async def test_the_admin_endpoint_view_says_why_precise_mode_falls_back() -> None:
+    from types import SimpleNamespace
+
+    from gateway.api.admin import _kv_events
+    from gateway.endpoints.registry import EndpointRegistry
+
+    endpoint = Endpoint(EndpointSpec("w", "c", "http://127.0.0.1:1/v1", "m", kv_events=f"tcp://127.0.0.1:{free_port()}"))
+    built = service("")
+    built.registry = EndpointRegistry({"c": (endpoint,)})
+    request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(routing=built)))
+    await built.start()
+    try:
+        assert _kv_events(request, endpoint) == {"address": endpoint.spec.kv_events, "publishing": False,
+                                                 "complete": True, "blocks": 0, "block_size": None}
+        built.kv.apply_batch("w", 3, [msgspec.to_builtins(stored(50, 2, parent=40))])  # joined late: orphans
+        view = _kv_events(request, endpoint)
+        assert (view["publishing"], view["complete"], view["blocks"]) == (True, False, 0)
+    finally:
+        await built.stop()
+    off = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(routing=SimpleNamespace(kv=built.kv, kv_subscriber=None))))
+    assert _kv_events(off, endpoint) is None  # precise mode off: nothing to show
