@@ -1,7 +1,7 @@
 """The index's bulk dict operations equal the per-key OrderedDict definition they replaced.
 
 ``BlockLRU`` once touched, moved and evicted one key per Python iteration on an ``OrderedDict``;
-it now runs each as one C-level pass on a plain ``dict`` (``gateway/prefix/index.py``,
+it now runs each as one C-level pass on the same ``OrderedDict`` (``gateway/prefix/index.py``,
 ``_renew``). The reference below is the old code, operation for operation; random sequences of
 every operation (repeated keys included, which the bulk pass must put right) must leave the same
 entries, values and order, and answer the same.
