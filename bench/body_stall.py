@@ -15,7 +15,8 @@ messages adding up to that size: many more JSON values to build). ``--basic`` ro
 longest main-thread gap while ``orjson.loads`` runs in a worker thread, next to the inline parse.
 ``--stages`` prints, without a server, what each step the gateway runs on the loop costs per
 request for one-message bodies of ``--stage-sizes`` KiB (parse, validation, depth check, prompt
-view, route-selection signals with the classifier, prefix hashing, index insert), best of
+view, route-selection signals with the classifier, prefix hashing, index insert: into an empty
+index and into one at its 262,144-block cap, evicting as many), best of
 ``--rounds``; ``--offload`` adds the longest loop gap while ``parse_request_async`` parses the
 body off the loop (``gateway/protocol/offload.py``)::
 
@@ -179,6 +180,9 @@ def long_body(size: int, model: str = "m") -> bytes:
     return orjson.dumps({"model": model, "messages": messages, "max_tokens": 64})
 
 
+FULL_INDEX = 262_144  # routing.index.max_blocks_per_endpoint's default: the index's largest size
+
+
 def stage_costs(raw: bytes, rounds: int) -> dict[str, float]:
     """Seconds per stage for ``raw`` (best of ``rounds``; cold hasher and index each round)."""
     from gateway.prefix.hashing import PromptHasher
@@ -194,6 +198,9 @@ def stage_costs(raw: bytes, rounds: int) -> dict[str, float]:
     body = request.body
     prompt = view(request)
     blocks = PromptHasher().key(request, "m").blocks
+    full = BlockLRU(FULL_INDEX)  # an index at its cap (as bench.overhead's fills), so every insert evicts
+    full.insert(range(1 << 62, (1 << 62) + FULL_INDEX))
+    unique = iter([tuple(block ^ (round_ + 1) for block in blocks) for round_ in range(rounds)])  # new blocks each round
     stages: dict[str, Any] = {
         "orjson.loads": lambda: orjson.loads(raw),
         "check_messages+fields": lambda: (check_messages(body["messages"]), check_fields(body)),
@@ -203,6 +210,7 @@ def stage_costs(raw: bytes, rounds: int) -> dict[str, float]:
         "read_signals (classifier)": lambda: read_signals(request, model, prompt=prompt),
         "prefix key (cold)": lambda: PromptHasher().key(InferenceRequest(Operation.CHAT, "m", False, body, raw), "m"),
         "index insert (cold)": lambda: BlockLRU().insert(blocks),
+        "index insert (full, evicting)": lambda: full.insert(next(unique)),
     }
     costs = {}
     for name, work in stages.items():

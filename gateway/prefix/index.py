@@ -75,13 +75,14 @@ class BlockLRU:
     resize (measured under load: ``dictiter_iternextkey`` 11% of the process's CPU).
     """
 
-    __slots__ = ("capacity", "_entries")
+    __slots__ = ("capacity", "_entries", "_stamped")
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
         self.capacity = capacity
         self._entries: OrderedDict[int, int | None] = OrderedDict()  # value: write stamp (touch) or None
+        self._stamped = False  # a touch or load has written a stamp (an insert must then keep them)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -108,16 +109,50 @@ class BlockLRU:
     def insert(self, hashes: Sequence[int], extra: Iterable[int] = ()) -> None:
         """Touch ``hashes`` tail first (head most recent), then ``extra``; evict over capacity.
         A present entry keeps its stamp."""
-        _renew(self._entries, [*reversed(hashes), *extra])
+        if self._stamped:  # a present entry's stamp must survive: the two-pass form
+            _renew(self._entries, [*reversed(hashes), *extra])
+        else:
+            self._append_chain(hashes, extra, None)
         self._evict()
 
     def touch(self, hashes: Sequence[int], extra: Iterable[int], stamp: int) -> None:
         """:meth:`insert` that also stamps each entry with ``stamp`` (a write time, ms) for :meth:`expire`."""
-        _renew(self._entries, [*reversed(hashes), *extra], stamp)
+        self._stamped = True
+        self._append_chain(hashes, extra, stamp)
         self._evict()
+
+    def _append_chain(self, hashes: Sequence[int], extra: Iterable[int], stamp: int | None) -> None:
+        """The insert/touch of one chain in one C-level pass per block where the index is as
+        expected: the blocks past :meth:`match`'s answer absent (appended, tail first, by one
+        ``update``), those before it present (moved by one ``map(move_to_end)``). Checked, not
+        assumed: ``update`` that adds fewer entries than it was given (a block was present, or
+        repeated) or ``move_to_end`` of an absent block fall back to :func:`_renew`, whose result
+        does not depend on what was done before it (it pops every key of the chain and re-adds
+        them in order). Values: ``stamp`` (a touch sets it on every key; an insert only runs this
+        while every value is None, so overwriting a present one changes nothing)."""
+        entries = self._entries
+        present = self.match(hashes)
+        tail = hashes[present:][::-1]
+        head = hashes[:present][::-1]
+        before = len(entries)
+        entries.update(zip(tail, repeat(stamp)))
+        try:
+            if len(entries) - before != len(tail):
+                raise KeyError
+            _drain(map(entries.move_to_end, head))
+        except KeyError:
+            _renew(entries, [*tail, *head], _KEEP if stamp is None else stamp)
+        else:
+            if stamp is not None and head:
+                entries.update(zip(head, repeat(stamp)))
+        for block in extra:
+            if stamp is not None or block not in entries:
+                entries[block] = stamp
+            entries.move_to_end(block)
 
     def load(self, stamped: Iterable[tuple[int, int]]) -> None:
         """Append ``(hash, stamp)`` pairs given least recent first (a snapshot), then evict."""
+        self._stamped = True
         entries = self._entries
         for block, stamp in stamped:
             entries[block] = stamp

@@ -122,3 +122,67 @@ def test_a_long_chain_inserted_over_a_full_index_evicts_the_oldest_in_one_pass()
         assert list(lru._entries) == list(reference.entries)
     assert len(lru) == 2_000
     assert lru.match([5 * 10_000 + i for i in range(781)]) == 781
+
+
+# Real chains: prompts share heads (a system prompt, a conversation's earlier turns) and end in
+# blocks of their own, so the index usually is what the one-pass path expects; trims and small
+# capacities break the prefix closure now and then, which the checks must catch.
+heads = st.integers(0, 3)
+prompts = st.tuples(heads, st.integers(0, 12), st.integers(0, 6), st.integers(0, 5))  # head, shared, own, tag
+
+
+def _chain(head: int, shared: int, own: int, tag: int) -> list[int]:
+    return [1000 * head + i for i in range(shared)] + [100_000 + 1000 * tag + 100 * head + shared + i for i in range(own)]
+
+
+chain_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("insert"), prompts, st.lists(st.integers(0, 3), max_size=1)),
+        st.tuples(st.just("touch"), prompts, st.lists(st.integers(0, 3), max_size=1), st.integers(0, 50)),
+        st.tuples(st.just("trim"), prompts, st.integers(0, 8)),
+        st.tuples(st.just("expire"), st.integers(0, 60)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(capacity=st.integers(1, 60), ops=chain_operations, stamped_first=st.booleans())
+def test_shared_head_chains_equal_the_per_key_definition(capacity: int, ops: list[tuple], stamped_first: bool) -> None:
+    lru, reference = BlockLRU(capacity), ReferenceLRU(capacity)
+    if stamped_first:  # a stamped index: inserts take the two-pass form
+        lru.touch([7_777_777], (), 1)
+        reference.touch([7_777_777], (), 1)
+    for op in ops:
+        name, args = op[0], op[1:]
+        hashes = _chain(*args[0]) if name != "expire" else []
+        if name == "insert":
+            lru.insert(hashes, args[1])
+            reference.insert(hashes, args[1])
+        elif name == "touch":
+            lru.touch(hashes, args[1], args[2])
+            reference.touch(hashes, args[1], args[2])
+        elif name == "trim":
+            assert lru.trim(hashes, args[1]) == _trim(reference, hashes, args[1])
+        else:
+            assert lru.expire(args[0]) == reference.expire(args[0])
+        assert list(lru._entries.items()) == list(reference.entries.items())
+
+
+def test_the_one_pass_path_serves_unique_and_shared_head_prompts(monkeypatch) -> None:
+    import gateway.prefix.index as index
+
+    fallbacks = []
+    real = index._renew
+    monkeypatch.setattr(index, "_renew", lambda *args: (fallbacks.append(args), real(*args)))
+    lru = BlockLRU(500)
+    system = list(range(32))
+    for tag in range(40):  # a shared system prompt, then a question of its own; evicting from the 10th on
+        lru.insert(system + [10_000 * (tag + 1) + i for i in range(20)], (tag,))
+    assert fallbacks == []
+    assert lru.match(system) == 32
+    last = system + [10_000 * 40 + i for i in range(20)]
+    lru.trim(system, 10)  # the system prompt's blocks 10-31 go, the last question's stay: no closure
+    lru.insert(last)  # match() answers 52 (first and last present): moving block 10 fails, caught
+    assert len(fallbacks) == 1
+    assert list(lru._entries)[-52:] == last[::-1]
