@@ -22,6 +22,11 @@ body off the loop (``gateway/protocol/offload.py``)::
 
     .venv/bin/python bench/body_stall.py [--sizes 1,8,16,30] [--rounds 3] [--basic] [--thread-parse]
     .venv/bin/python bench/body_stall.py --stages [--stage-sizes 32,200,1024,30720] [--offload]
+        [--mmap-threshold BYTES --trim-threshold BYTES]
+
+The process's glibc thresholds are set as ``kvgate serve`` sets them (``gateway/cli.py``
+``fixed_mmap_threshold``: 1 MiB and 16 MiB); ``--mmap-threshold 131072 --trim-threshold 131072``
+gives the earlier setting, under which every buffer over 128 KiB was a fresh ``mmap``.
 """
 
 from __future__ import annotations
@@ -275,7 +280,16 @@ if __name__ == "__main__":
     parser.add_argument("--stage-sizes", type=lambda text: [int(part) for part in text.split(",")],
                         default=[32, 200, 1024, 30720], help="KiB, for --stages")
     parser.add_argument("--offload", action="store_true", help="with --stages: the loop gap of parse_request_async")
+    parser.add_argument("--mmap-threshold", type=int, default=1 << 20,
+                        help="glibc M_MMAP_THRESHOLD, bytes, set as `kvgate serve` does (default its 1 MiB; 131072: before)")
+    parser.add_argument("--trim-threshold", type=int, default=16 << 20,
+                        help="glibc M_TRIM_THRESHOLD, bytes (default kvgate's 16 MiB; 131072: glibc's, as before)")
     arguments = parser.parse_args()
+    from gateway.cli import fixed_mmap_threshold
+
+    pinned = fixed_mmap_threshold(arguments.mmap_threshold, arguments.trim_threshold)
+    print(f"malloc: mmap threshold {arguments.mmap_threshold} B, trim threshold {arguments.trim_threshold} B"
+          f" ({'set' if pinned else 'not glibc: unchanged'})")
     if arguments.stages:
         print_stages(arguments.stage_sizes, arguments.rounds)
         if arguments.offload:

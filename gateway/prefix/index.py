@@ -30,6 +30,9 @@ from collections.abc import Iterable, Sequence
 from itertools import repeat, starmap
 
 DEFAULT_CAPACITY = 16_384
+BULK_BLOCKS = 64
+"""Chains (and evictions) of at least this many blocks take the bulk C-level passes; shorter ones
+the per-key loop, cheaper there (the passes' set-up: ~1.5 us more for 4 blocks, measured)."""
 _ABSENT = object()
 _KEEP = object()  # :func:`_renew`: keep each entry's value
 
@@ -109,8 +112,21 @@ class BlockLRU:
     def insert(self, hashes: Sequence[int], extra: Iterable[int] = ()) -> None:
         """Touch ``hashes`` tail first (head most recent), then ``extra``; evict over capacity.
         A present entry keeps its stamp."""
-        if self._stamped:  # a present entry's stamp must survive: the two-pass form
-            _renew(self._entries, [*reversed(hashes), *extra])
+        entries = self._entries
+        if len(hashes) < BULK_BLOCKS:  # a short chain: the per-key loop costs less than the passes' set-up
+            move = entries.move_to_end
+            for block in reversed(hashes):
+                if block in entries:
+                    move(block)
+                else:
+                    entries[block] = None
+            for block in extra:
+                if block in entries:
+                    move(block)
+                else:
+                    entries[block] = None
+        elif self._stamped:  # a present entry's stamp must survive: the two-pass form
+            _renew(entries, [*reversed(hashes), *extra])
         else:
             self._append_chain(hashes, extra, None)
         self._evict()
@@ -118,7 +134,17 @@ class BlockLRU:
     def touch(self, hashes: Sequence[int], extra: Iterable[int], stamp: int) -> None:
         """:meth:`insert` that also stamps each entry with ``stamp`` (a write time, ms) for :meth:`expire`."""
         self._stamped = True
-        self._append_chain(hashes, extra, stamp)
+        if len(hashes) < BULK_BLOCKS:
+            entries = self._entries
+            move = entries.move_to_end
+            for block in reversed(hashes):
+                entries[block] = stamp  # an existing entry keeps its place: move it
+                move(block)
+            for block in extra:
+                entries[block] = stamp
+                move(block)
+        else:
+            self._append_chain(hashes, extra, stamp)
         self._evict()
 
     def _append_chain(self, hashes: Sequence[int], extra: Iterable[int], stamp: int | None) -> None:
@@ -190,8 +216,11 @@ class BlockLRU:
     def _evict(self) -> None:
         entries = self._entries
         overflow = len(entries) - self.capacity
-        if overflow > 0:
+        if overflow >= BULK_BLOCKS:
             _drain(starmap(entries.popitem, repeat((False,), overflow)))
+        else:
+            for _ in range(overflow if overflow > 0 else 0):
+                entries.popitem(last=False)
 
 
 class PrefixIndex:

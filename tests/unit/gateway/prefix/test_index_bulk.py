@@ -12,10 +12,25 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import gateway.prefix.index as index
 from gateway.prefix.index import BlockLRU
+
+
+@contextmanager
+def bulk_from(blocks: int) -> Iterator[None]:
+    """Chains of at least ``blocks`` blocks take the bulk passes (1: every chain; the default 64
+    would leave these small examples on the per-key loop)."""
+    default, index.BULK_BLOCKS = index.BULK_BLOCKS, blocks
+    try:
+        yield
+    finally:
+        index.BULK_BLOCKS = default
 
 
 class ReferenceLRU:
@@ -90,8 +105,13 @@ operations = st.lists(
 
 
 @settings(max_examples=400, deadline=None)
-@given(capacity=st.integers(1, 30), ops=operations)
-def test_bulk_operations_equal_the_per_key_definition(capacity: int, ops: list[tuple]) -> None:
+@given(capacity=st.integers(1, 30), ops=operations, bulk=st.sampled_from([1, 4, 64]))
+def test_bulk_operations_equal_the_per_key_definition(capacity: int, ops: list[tuple], bulk: int) -> None:
+    with bulk_from(bulk):
+        _play(capacity, ops)
+
+
+def _play(capacity: int, ops: list[tuple]) -> None:
     lru, reference = BlockLRU(capacity), ReferenceLRU(capacity)
     for op in ops:
         name, args = op[0], op[1:]
@@ -114,6 +134,7 @@ def _as_lru(reference: ReferenceLRU) -> BlockLRU:
 
 
 def test_a_long_chain_inserted_over_a_full_index_evicts_the_oldest_in_one_pass() -> None:
+    assert index.BULK_BLOCKS <= 781
     lru, reference = BlockLRU(2_000), ReferenceLRU(2_000)
     for seed in range(6):  # unique 781-block prompts, as a 200 KB chat body gives
         chain = [seed * 10_000 + i for i in range(781)]
@@ -147,8 +168,13 @@ chain_operations = st.lists(
 
 
 @settings(max_examples=400, deadline=None)
-@given(capacity=st.integers(1, 60), ops=chain_operations, stamped_first=st.booleans())
-def test_shared_head_chains_equal_the_per_key_definition(capacity: int, ops: list[tuple], stamped_first: bool) -> None:
+@given(capacity=st.integers(1, 60), ops=chain_operations, stamped_first=st.booleans(), bulk=st.sampled_from([1, 8, 64]))
+def test_shared_head_chains_equal_the_per_key_definition(capacity: int, ops: list[tuple], stamped_first: bool, bulk: int) -> None:
+    with bulk_from(bulk):
+        _play_chains(capacity, ops, stamped_first)
+
+
+def _play_chains(capacity: int, ops: list[tuple], stamped_first: bool) -> None:
     lru, reference = BlockLRU(capacity), ReferenceLRU(capacity)
     if stamped_first:  # a stamped index: inserts take the two-pass form
         lru.touch([7_777_777], (), 1)
@@ -170,11 +196,10 @@ def test_shared_head_chains_equal_the_per_key_definition(capacity: int, ops: lis
 
 
 def test_the_one_pass_path_serves_unique_and_shared_head_prompts(monkeypatch) -> None:
-    import gateway.prefix.index as index
-
     fallbacks = []
     real = index._renew
     monkeypatch.setattr(index, "_renew", lambda *args: (fallbacks.append(args), real(*args)))
+    monkeypatch.setattr(index, "BULK_BLOCKS", 16)
     lru = BlockLRU(500)
     system = list(range(32))
     for tag in range(40):  # a shared system prompt, then a question of its own; evicting from the 10th on
