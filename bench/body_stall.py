@@ -26,13 +26,15 @@ body off the loop (``gateway/protocol/offload.py``)::
 
 The process's glibc thresholds are set as ``kvgate serve`` sets them (``gateway/cli.py``
 ``fixed_mmap_threshold``: 1 MiB and 16 MiB); ``--mmap-threshold 131072 --trim-threshold 131072``
-gives the earlier setting, under which every buffer over 128 KiB was a fresh ``mmap``.
+gives the earlier setting, under which every buffer over 128 KiB was a fresh ``mmap``. With
+``PYTHONPATH`` at another tree the same script times that tree's ``gateway``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import socket
 import statistics
 import subprocess
@@ -185,6 +187,17 @@ def long_body(size: int, model: str = "m") -> bytes:
     return orjson.dumps({"model": model, "messages": messages, "max_tokens": 64})
 
 
+def set_malloc_thresholds(mmap_bytes: int, trim_bytes: int) -> bool:
+    """``mallopt(M_MMAP_THRESHOLD)`` and ``mallopt(M_TRIM_THRESHOLD)`` as ``gateway/cli.py``'s
+    ``fixed_mmap_threshold`` sets them in ``kvgate serve`` (here directly, so the same script runs
+    against a tree whose ``gateway`` sets other values); False where glibc is not the allocator."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(-3, mmap_bytes)) and bool(libc.mallopt(-1, trim_bytes))
+    except (OSError, AttributeError):
+        return False
+
+
 FULL_INDEX = 262_144  # routing.index.max_blocks_per_endpoint's default: the index's largest size
 
 
@@ -285,9 +298,7 @@ if __name__ == "__main__":
     parser.add_argument("--trim-threshold", type=int, default=16 << 20,
                         help="glibc M_TRIM_THRESHOLD, bytes (default kvgate's 16 MiB; 131072: glibc's, as before)")
     arguments = parser.parse_args()
-    from gateway.cli import fixed_mmap_threshold
-
-    pinned = fixed_mmap_threshold(arguments.mmap_threshold, arguments.trim_threshold)
+    pinned = set_malloc_thresholds(arguments.mmap_threshold, arguments.trim_threshold)
     print(f"malloc: mmap threshold {arguments.mmap_threshold} B, trim threshold {arguments.trim_threshold} B"
           f" ({'set' if pinned else 'not glibc: unchanged'})")
     if arguments.stages:
