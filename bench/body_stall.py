@@ -15,18 +15,26 @@ messages adding up to that size: many more JSON values to build). ``--basic`` ro
 longest main-thread gap while ``orjson.loads`` runs in a worker thread, next to the inline parse.
 ``--stages`` prints, without a server, what each step the gateway runs on the loop costs per
 request for one-message bodies of ``--stage-sizes`` KiB (parse, validation, depth check, prompt
-view, route-selection signals with the classifier, prefix hashing, index insert), best of
+view, route-selection signals with the classifier, prefix hashing, index insert: into an empty
+index and into one at its 262,144-block cap, evicting as many), best of
 ``--rounds``; ``--offload`` adds the longest loop gap while ``parse_request_async`` parses the
 body off the loop (``gateway/protocol/offload.py``)::
 
     .venv/bin/python bench/body_stall.py [--sizes 1,8,16,30] [--rounds 3] [--basic] [--thread-parse]
     .venv/bin/python bench/body_stall.py --stages [--stage-sizes 32,200,1024,30720] [--offload]
+        [--mmap-threshold BYTES --trim-threshold BYTES]
+
+The process's glibc thresholds are set as ``kvgate serve`` sets them (``gateway/cli.py``
+``fixed_mmap_threshold``: 1 MiB and 16 MiB); ``--mmap-threshold 131072 --trim-threshold 131072``
+gives the earlier setting, under which every buffer over 128 KiB was a fresh ``mmap``. With
+``PYTHONPATH`` at another tree the same script times that tree's ``gateway``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import socket
 import statistics
 import subprocess
@@ -179,6 +187,20 @@ def long_body(size: int, model: str = "m") -> bytes:
     return orjson.dumps({"model": model, "messages": messages, "max_tokens": 64})
 
 
+def set_malloc_thresholds(mmap_bytes: int, trim_bytes: int) -> bool:
+    """``mallopt(M_MMAP_THRESHOLD)`` and ``mallopt(M_TRIM_THRESHOLD)`` as ``gateway/cli.py``'s
+    ``fixed_mmap_threshold`` sets them in ``kvgate serve`` (here directly, so the same script runs
+    against a tree whose ``gateway`` sets other values); False where glibc is not the allocator."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(-3, mmap_bytes)) and bool(libc.mallopt(-1, trim_bytes))
+    except (OSError, AttributeError):
+        return False
+
+
+FULL_INDEX = 262_144  # routing.index.max_blocks_per_endpoint's default: the index's largest size
+
+
 def stage_costs(raw: bytes, rounds: int) -> dict[str, float]:
     """Seconds per stage for ``raw`` (best of ``rounds``; cold hasher and index each round)."""
     from gateway.prefix.hashing import PromptHasher
@@ -194,6 +216,9 @@ def stage_costs(raw: bytes, rounds: int) -> dict[str, float]:
     body = request.body
     prompt = view(request)
     blocks = PromptHasher().key(request, "m").blocks
+    full = BlockLRU(FULL_INDEX)  # an index at its cap (as bench.overhead's fills), so every insert evicts
+    full.insert(range(1 << 62, (1 << 62) + FULL_INDEX))
+    unique = iter([tuple(block ^ (round_ + 1) for block in blocks) for round_ in range(rounds)])  # new blocks each round
     stages: dict[str, Any] = {
         "orjson.loads": lambda: orjson.loads(raw),
         "check_messages+fields": lambda: (check_messages(body["messages"]), check_fields(body)),
@@ -203,6 +228,7 @@ def stage_costs(raw: bytes, rounds: int) -> dict[str, float]:
         "read_signals (classifier)": lambda: read_signals(request, model, prompt=prompt),
         "prefix key (cold)": lambda: PromptHasher().key(InferenceRequest(Operation.CHAT, "m", False, body, raw), "m"),
         "index insert (cold)": lambda: BlockLRU().insert(blocks),
+        "index insert (full, evicting)": lambda: full.insert(next(unique)),
     }
     costs = {}
     for name, work in stages.items():
@@ -267,7 +293,14 @@ if __name__ == "__main__":
     parser.add_argument("--stage-sizes", type=lambda text: [int(part) for part in text.split(",")],
                         default=[32, 200, 1024, 30720], help="KiB, for --stages")
     parser.add_argument("--offload", action="store_true", help="with --stages: the loop gap of parse_request_async")
+    parser.add_argument("--mmap-threshold", type=int, default=1 << 20,
+                        help="glibc M_MMAP_THRESHOLD, bytes, set as `kvgate serve` does (default its 1 MiB; 131072: before)")
+    parser.add_argument("--trim-threshold", type=int, default=16 << 20,
+                        help="glibc M_TRIM_THRESHOLD, bytes (default kvgate's 16 MiB; 131072: glibc's, as before)")
     arguments = parser.parse_args()
+    pinned = set_malloc_thresholds(arguments.mmap_threshold, arguments.trim_threshold)
+    print(f"malloc: mmap threshold {arguments.mmap_threshold} B, trim threshold {arguments.trim_threshold} B"
+          f" ({'set' if pinned else 'not glibc: unchanged'})")
     if arguments.stages:
         print_stages(arguments.stage_sizes, arguments.rounds)
         if arguments.offload:

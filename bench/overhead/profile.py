@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.overhead --profile [--profile-seconds 15] [--profile-concurrency 32]
         [--profile-format raw|speedscope|flamegraph] [--profile-native] [--profile-stream] [--kvgate-workers N]
-        [--endpoints N] [--profile-cprofile [--profile-prompt-bytes N]]
+        [--endpoints N] [--profile-prompt-bytes N] [--profile-cprofile]
 
 Starts the fake upstream and kvgate exactly as the benchmark does (default routing profile, auth,
 metrics), warms it up, then samples the (first) kvgate process with ``py-spy record`` (installed
@@ -202,8 +202,10 @@ def main(args: argparse.Namespace) -> int:
         )
         target = targets.start("kvgate", ctx)
         body = load.chat_body(stream=args.profile_stream)
+        unique = args.profile_prompt_bytes
         load.run_load(
-            target.url, target.headers, concurrency=args.profile_concurrency, seconds=2, cores=args.load, loadgen="wrk", body=body,
+            target.url, target.headers, concurrency=args.profile_concurrency, seconds=2, cores=args.load, loadgen="wrk",
+            body=None if unique else body, unique_prompt_bytes=unique,
         )
         argv = [
             "taskset", "-c", ",".join(map(str, args.load)), str(spy.bin("py-spy")), "record",
@@ -217,7 +219,7 @@ def main(args: argparse.Namespace) -> int:
         window.start()
         result = load.run_load(
             target.url, target.headers, concurrency=args.profile_concurrency, seconds=max(1, args.profile_seconds - 2),
-            cores=args.load, loadgen="wrk", body=body,
+            cores=args.load, loadgen="wrk", body=None if unique else body, unique_prompt_bytes=unique,
         )
         cpu = window.stop()
         spy_out, _ = spy_proc.communicate(timeout=args.profile_seconds + 60)

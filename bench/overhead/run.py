@@ -104,7 +104,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile-native", action="store_true", help="py-spy --native (C frames too)")
     parser.add_argument("--profile-top", type=int, default=15)
     parser.add_argument("--profile-cprofile", action="store_true", help="cProfile instead of py-spy (us/req per function)")
-    parser.add_argument("--profile-prompt-bytes", type=int, default=0, help="--profile-cprofile: unique prompts of N bytes")
+    parser.add_argument("--profile-prompt-bytes", type=int, default=0, help="unique prompts of N bytes (py-spy or --profile-cprofile)")
     args = parser.parse_args(argv)
     quick = args.quick
     defaults = {
