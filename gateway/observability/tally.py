@@ -40,7 +40,8 @@ class Tally(Collector):
     def __init__(self, registry: CollectorRegistry, *, direct: bool = False) -> None:
         self.direct = direct
         self._counts: dict[tuple[MetricWrapperBase, tuple[str, ...]], float] = {}
-        self._histograms: dict[tuple[MetricWrapperBase, tuple[str, ...]], list[float]] = {}
+        # per (histogram, labels): the histogram's bounds (shared) and one count per bucket, then the sum
+        self._histograms: dict[tuple[MetricWrapperBase, tuple[str, ...]], tuple[list[float], list[float]]] = {}
         self._shifts: dict[tuple[MetricWrapperBase, tuple[str, ...]], float] = {}
         self._bounds: dict[MetricWrapperBase, list[float]] = {}
         registry.register(self)
@@ -69,12 +70,13 @@ class Tally(Collector):
             histogram.labels(*labels).observe(value)
             return
         key = (histogram, labels)
-        row = self._histograms.get(key)
-        bounds = self._bounds.get(histogram)
-        if bounds is None:
-            bounds = self._bounds[histogram] = list(histogram._upper_bounds)  # ends with +Inf
-        if row is None:
-            row = self._histograms[key] = [0.0] * (len(bounds) + 1)  # one per bucket, then the sum
+        entry = self._histograms.get(key)
+        if entry is None:
+            bounds = self._bounds.get(histogram)
+            if bounds is None:
+                bounds = self._bounds[histogram] = list(histogram._upper_bounds)  # ends with +Inf
+            entry = self._histograms[key] = (bounds, [0.0] * (len(bounds) + 1))  # one per bucket, then the sum
+        bounds, row = entry
         row[bisect_left(bounds, value)] += 1
         row[-1] += value
 
@@ -84,7 +86,7 @@ class Tally(Collector):
         for (counter, labels), amount in counts.items():
             counter.labels(*labels).inc(amount)
         histograms, self._histograms = self._histograms, {}
-        for (histogram, labels), row in histograms.items():
+        for (histogram, labels), (_, row) in histograms.items():
             child = histogram.labels(*labels)
             for index, observed in enumerate(row[:-1]):
                 if observed:

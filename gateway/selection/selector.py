@@ -213,7 +213,7 @@ class RouteSelector:
         max_ttft_s, max_cost = request_limits(headers, settings.route_selection.limits_for(key.name))
         params = self.params()
         views = self.views(None if entry.selects else entry.route.clusters)
-        if entry.selects is None and not any(v.profile.max_context_tokens for v in views.values()):
+        if entry.selects is None and not _context_limited(views):
             # a public model name whose clusters set no context limit keeps its route as it is:
             # nothing to estimate (the signals are read when explained)
             limits = _NO_LIMITS if max_ttft_s is None and max_cost is None else Limits(max_ttft_s, max_cost)
@@ -367,6 +367,14 @@ class RouteSelector:
             },
             "cluster_state": clusters,
         }
+
+
+def _context_limited(views: Mapping[str, ClusterView]) -> bool:
+    """Whether a cluster of ``views`` sets ``max_context_tokens`` (a loop: no generator per request)."""
+    for view in views.values():
+        if view.profile.max_context_tokens:
+            return True
+    return False
 
 
 def _finite(value: float, digits: int) -> float | None:
