@@ -12,9 +12,15 @@ the difference, the per-request cost of admission when nothing is saturated (iss
 ``--model auto`` sends every request to ``auto`` over two tiered clusters (``reasoning`` and
 ``fast``, the endpoints split between them), so the figure includes route selection's signals,
 classifier and policy; compare it with the default (a public model name on one cluster).
+``--opcodes N``: instead of timing, count the Python bytecodes executed and the Python calls made per
+request over N requests (``sys.settrace`` with opcode events; C code such as orjson or dict methods is
+not counted): a deterministic measure of the Python work, the same on a loaded machine as on a quiet
+one, for comparing two trees (``PYTHONPATH=TREE``); ``--opcodes-top K`` also lists the K functions
+executing the most opcodes.
 
     .venv/bin/python bench/gateway_path.py [--requests 20000] [--endpoints 4] [--model m|auto] [--profile] [--stream]
         [--asgi] [--redis-url URL [--state-mode mirror|direct]] [--key-rpm N] [--admission both|on|off] [--rounds 3]
+        [--opcodes 300 [--opcodes-top 40]]
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import collections
 import json
 import pstats
 import sys
@@ -159,7 +166,11 @@ async def main() -> int:
     parser.add_argument("--admission", default="both", choices=("both", "on", "off"),
                         help="[admission] enabled: both (a table of off, on and the difference), on or off")
     parser.add_argument("--rounds", type=int, default=3, help="with --admission both: alternating rounds of each")
+    parser.add_argument("--opcodes", type=int, metavar="N", help="count opcodes and calls per request over N requests")
+    parser.add_argument("--opcodes-top", type=int, default=0, metavar="K", help="with --opcodes: the K busiest functions")
     args = parser.parse_args()
+    if args.opcodes:
+        return await count_opcodes(args)
     modes = ("off", "on") if args.admission == "both" else (args.admission,)
     rounds = args.rounds if args.admission == "both" else 1
     figures: dict[str, list[float]] = {mode: [] for mode in modes}
@@ -217,6 +228,45 @@ async def admission_step(args: argparse.Namespace, calls: int = 100_000) -> floa
             lease.drop()
             lease.drop()
         return (time.process_time() - started) / calls * 1e6
+
+
+async def count_opcodes(args: argparse.Namespace) -> int:
+    """``--opcodes``: Python opcodes and calls per request (admission off unless ``--admission on``)."""
+    upstream = CannedUpstream()
+    upstream.stream = args.stream
+    settings = build_settings({"auth": {"api_keys": ["sk-bench"]}, "clusters": clusters(args.model, args.endpoints),
+                               "models": {"m": {"cluster": "fast"}}, "admission": {"enabled": args.admission == "on"}})
+    app = create_app(settings, upstream=upstream, health_checks=False)
+    prompt = "You are a helpful assistant. " * 40
+    body = json.dumps({"model": args.model, "messages": [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}],
+                       "max_tokens": 20, "stream": args.stream}).encode()
+    ops: collections.Counter[str] = collections.Counter()
+    calls = 0
+
+    def trace(frame: types.FrameType, event: str, arg: Any) -> Any:
+        nonlocal calls
+        if event == "call":
+            calls += 1
+            frame.f_trace_opcodes = True
+        elif event == "opcode":
+            code = frame.f_code
+            ops[f"{code.co_qualname} ({Path(code.co_filename).name})"] += 1
+        return trace
+
+    async with app.router.lifespan_context(app):
+        await drive_core(app, body, 500, args.stream)  # warm-up: memos, pools, first-use paths
+        sys.settrace(trace)
+        try:
+            await drive_core(app, body, args.opcodes, args.stream)
+        finally:
+            sys.settrace(None)
+    n = args.opcodes
+    print(f"{'stream' if args.stream else 'non-stream'}, model {args.model}, {args.endpoints} endpoint(s): "
+          f"{sum(ops.values()) / n:.0f} Python opcodes and {calls / n:.1f} Python calls per request ({n} requests; "
+          f"the driver's own loop included)")
+    for name, count in ops.most_common(args.opcodes_top):
+        print(f"{count / n:8.1f}  {name}")
+    return 0
 
 
 async def measure(args: argparse.Namespace, admission: bool) -> float:

@@ -224,7 +224,7 @@ class ApiDirector:
     routed like any request and a ``state_id`` is a 404).
     """
 
-    __slots__ = ("_proxy", "_settings", "_affinity", "background")
+    __slots__ = ("_proxy", "_settings", "_affinity", "background", "_served")
 
     def __init__(self, proxy: Proxy, settings: Callable[[], Settings], affinity: ResponseAffinity | None,
                  background: BackgroundUsage | None = None) -> None:
@@ -232,6 +232,9 @@ class ApiDirector:
         self._settings = settings
         self._affinity = affinity
         self.background = background  # background Responses, settled when they end (None: at the create)
+        # the last answer of :meth:`serving`: (the settings' clusters, the route, the API's kind, the route kept);
+        # a public model's route is the same object request after request, and settings are swapped, never changed
+        self._served: tuple[Any, Any, str, Any] = (None, None, "", None)
 
     async def handle(
         self, call: ApiCall, headers: Mapping[str, str], raw: bytes, state: Any, watch: Watch, key: KeyRecord
@@ -330,8 +333,13 @@ class ApiDirector:
         and the model when none of its clusters serves the API.
         """
         clusters = self._settings().clusters
-        kept = tuple(name for name in route.clusters if _serves(clusters.get(name)) == api.serves)
+        serves = api.serves
+        last = self._served
+        if last[0] is clusters and last[1] is route and last[2] == serves:  # the same route as the last request's
+            return last[3]
+        kept = tuple(name for name in route.clusters if _serves(clusters.get(name)) == serves)
         if kept == route.clusters:
+            self._served = (clusters, route, serves, route)
             return route
         if not kept:
             what = "embeddings, rerank and score only" if api.serves == "generate" else "text generation only"
@@ -339,7 +347,9 @@ class ApiDirector:
                 f"The model `{model}` serves {what}: the {api.name} API ({api.method} {api.paths[0]}) is not "
                 f"supported for it.", param="model"
             )
-        return Route(route.name, kept, failover=route.failover, reason=route.reason, timeouts=route.timeouts)
+        served = Route(route.name, kept, failover=route.failover, reason=route.reason, timeouts=route.timeouts)
+        self._served = (clusters, route, serves, served)
+        return served
 
 
 _PROMPT_FIELD = {responses.CREATE: "input"}  # the API's own name for what chat calls ``messages``

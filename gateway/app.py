@@ -323,7 +323,7 @@ def create_app(
         catalog=container.catalog,
         registry=container.registry,
         pricing=container.ops.pricing,
-        metrics=RouteMetrics(container.metrics.registry),
+        metrics=RouteMetrics(container.metrics.registry, container.metrics.tally),
         spent=spent_from(container.ops.gate),
         board=routing.board,
         stale_after_s=settings.routing.scrape.stale_after_s,

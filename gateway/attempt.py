@@ -67,7 +67,7 @@ class Attempt:
         self._lease = lease
         self.blameless = False  # True: a failure is the request's outcome, never the breaker's (a stored response's read)
         endpoint.acquire()
-        metrics.in_flight.labels(endpoint.spec.name).inc()
+        metrics.tally.shift(metrics.in_flight, (endpoint.spec.name,), 1.0)  # added in at scrape (observability/tally.py)
         if lease is not None:
             lease.hold()
 
@@ -130,7 +130,8 @@ class Attempt:
             return False
         self._held = False
         self.endpoint.release()
-        self._metrics.in_flight.labels(self.endpoint.spec.name).dec()
+        metrics = self._metrics
+        metrics.tally.shift(metrics.in_flight, (self.endpoint.spec.name,), -1.0)
         if self._lease is not None:
             self._lease.drop()
         return True

@@ -144,9 +144,13 @@ class CloseOut:
         completion = usage.get("completion_tokens")
         details = usage.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        for kind, value in (("prompt", prompt), ("completion", completion), ("cached", cached)):
-            if isinstance(value, int) and value > 0:
-                m.tally.count(m.tokens, (model, cluster, kind), value)
+        count, tokens = m.tally.count, m.tokens  # unrolled: prompt, completion, cached (in that order)
+        if isinstance(prompt, int) and prompt > 0:
+            count(tokens, (model, cluster, "prompt"), prompt)
+        if isinstance(completion, int) and completion > 0:
+            count(tokens, (model, cluster, "completion"), completion)
+        if isinstance(cached, int) and cached > 0:
+            count(tokens, (model, cluster, "cached"), cached)
 
 
 def access_fields(

@@ -78,7 +78,6 @@ Reply = BufferedReply | StreamRelay
 
 
 _API_ROWS = {Operation.CHAT: BY_NAME["chat"], Operation.COMPLETION: BY_NAME["completions"]}  # protocol/apis.py
-_API_NAMES = {operation: row.name for operation, row in _API_ROWS.items()}
 
 
 class Proxy:
@@ -148,13 +147,14 @@ class Proxy:
             parsed = await offload.parse(operation, raw)  # the same request, the same errors, off the loop
         routed = await self._selector.select(parsed, key, headers)
         route = self.route_for(parsed, headers.get("x-failover-route"), routed.route)
+        api = _API_ROWS[operation]  # one lookup: an Enum key's hash is a Python call
         if self.apis is not None:  # only clusters that generate (400 model_not_supported if none)
-            route = self.apis.serving(route, _API_ROWS[operation], parsed.model)
+            route = self.apis.serving(route, api, parsed.model)
         selector = self._selector
         admission = await self._gate.admit(
             key, parsed.model, len(raw), route.clusters, lambda: selector.reservation(routed, route, len(raw))
         )
-        exchange = self._closeout.open(state.request_id, parsed.model, admission, state, _API_NAMES[operation])
+        exchange = self._closeout.open(state.request_id, parsed.model, admission, state, api.name)
         selector.attach(exchange, routed)
         try:
             if self._admission is not None:

@@ -35,9 +35,12 @@ connection pauses at 256 KiB (``gateway/upstream/native.py``). What a stream hol
 is bounded: the held preamble (64 KiB), one partial SSE event (4 MiB, ``gateway/protocol/sse.py``)
 and the text kept for a continuation (256 Ki characters, then the stream is no longer continued).
 
-Every gap between two chunks is bounded by the route's ``idle_s``. While relaying, a second task
-waits for the client's ``http.disconnect``; a disconnect aborts the upstream request (the
-engine stops generating) and ends the request as ``cancelled``, never as an endpoint failure.
+Every gap between two chunks is bounded by the route's ``idle_s``. The relay runs in the
+request's own task (the first chunk follows the headers without a turn of the event loop); while
+it relays, a second task waits for the client's ``http.disconnect`` and cancels the request's
+task when it comes (a cancel from anywhere else stays a cancel); a disconnect aborts the upstream
+request (the engine stops generating) and ends the request as ``cancelled``, never as an
+endpoint failure.
 
 How a stream ends, as the client sees it:
     * the endpoint finished with ``[DONE]``: relayed; ``success`` (or ``upstream_error`` if an
@@ -84,6 +87,13 @@ async def wait_for_disconnect(receive: Receive) -> None:
         message = await receive()
         if message["type"] == "http.disconnect":
             return
+
+
+async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any], left: list[bool]) -> None:
+    """Cancel ``task`` (once) when the client has disconnected, noting it in ``left`` first."""
+    await wait_for_disconnect(receive)
+    left.append(True)
+    task.cancel()
 
 
 class ClientDisconnected(Exception):
@@ -169,18 +179,19 @@ class StreamRelay:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self._start_headers()})
-            relay = asyncio.ensure_future(self._relay(send))
-            watcher = asyncio.ensure_future(wait_for_disconnect(receive))
+            task = asyncio.current_task()
+            assert task is not None
+            left: list[bool] = []  # the watcher saw the client leave (and cancelled ``task`` once)
+            watcher = asyncio.ensure_future(_cancel_on_disconnect(receive, task, left))
             try:
-                await asyncio.wait((relay, watcher), return_when=asyncio.FIRST_COMPLETED)
+                await self._relay(send)  # in this task: no task and no loop turn between the headers and the first chunk
+            except asyncio.CancelledError:
+                if not left or task.uncancel() > 0:  # a cancel from elsewhere (or as well): it stays one
+                    raise
+            except Exception as error:  # noqa: BLE001  # sending to the client failed: it is gone
+                log.debug("relay ended by %r", error)
             finally:
                 watcher.cancel()
-                if not relay.done():
-                    relay.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await relay
-                elif relay.exception() is not None:  # sending to the client failed: it is gone
-                    log.debug("relay ended by %r", relay.exception())
         finally:
             self.abort()
 

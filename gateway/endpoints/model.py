@@ -107,9 +107,11 @@ class Endpoint:
     @property
     def routable(self) -> bool:
         """May take new requests: not ejected by checks, not stalled, not draining, not cooling, breaker not open."""
+        breaker = self.breaker
         return (
             self.health is not Health.UNHEALTHY and not self.stalled and not self.draining
-            and not self.cooling_until and self.breaker.available()
+            and (not self._cool_until or not self.cooling_until)  # no 429 cooldown set: nothing to expire
+            and (breaker.state is CircuitState.CLOSED or breaker.available())  # closed: available, nothing to advance
         )
 
     @property

@@ -61,7 +61,7 @@ class TokenUsage:
         prompt = usage.get("prompt_tokens")
         completion = usage.get("completion_tokens")
         details = usage.get("prompt_tokens_details")
-        cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+        cached = details.get("cached_tokens") if details is not None and isinstance(details, Mapping) else None
         return cls(_count(prompt), min(_count(cached), _count(prompt)), _count(completion))
 
 

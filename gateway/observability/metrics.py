@@ -309,10 +309,10 @@ class RoutingMetrics:
 
 
 class RouteMetrics:
-    """Route selection's instruments on ``registry``."""
+    """Route selection's instruments on ``registry``; the selection count goes through ``tally`` if given."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
+    def __init__(self, registry: CollectorRegistry, tally: Tally | None = None) -> None:
+        self.registry, self.tally = registry, tally  # tally: GatewayMetrics.tally, on the same registry
         self.selections = Counter(
             "kvgate_route_selections",
             "Route selection decisions by public model, chosen primary cluster and reason.",

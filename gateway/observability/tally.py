@@ -11,6 +11,12 @@ of the registry (the tally is registered on it before any instrument), so ``GET 
 ``registry.collect()`` and ``registry.get_sample_value`` read exactly what direct updates would
 have given. Code that reads one instrument's ``collect()`` directly calls :meth:`flush` first.
 
+A gauge that only moves by steps (``kvgate_endpoint_in_flight``: +1 when an attempt takes an
+endpoint's slot, -1 when it frees it) is tallied the same way (:meth:`shift`): the steps since
+the last collection are summed per label set and added by ``flush``; a label set whose steps
+cancel out is still added (``inc(0)``), so its child exists from its first step, as with direct
+updates.
+
 Under ``kvgate serve --processes N`` (``PROMETHEUS_MULTIPROC_DIR`` set) a scrape reads every
 process's values from shared files, so updates cannot wait for this process's scrape: the tally
 then writes through (``direct=True``), as before.
@@ -34,7 +40,9 @@ class Tally(Collector):
     def __init__(self, registry: CollectorRegistry, *, direct: bool = False) -> None:
         self.direct = direct
         self._counts: dict[tuple[MetricWrapperBase, tuple[str, ...]], float] = {}
-        self._histograms: dict[tuple[MetricWrapperBase, tuple[str, ...]], list[float]] = {}
+        # per (histogram, labels): the histogram's bounds (shared) and one count per bucket, then the sum
+        self._histograms: dict[tuple[MetricWrapperBase, tuple[str, ...]], tuple[list[float], list[float]]] = {}
+        self._shifts: dict[tuple[MetricWrapperBase, tuple[str, ...]], float] = {}
         self._bounds: dict[MetricWrapperBase, list[float]] = {}
         registry.register(self)
 
@@ -47,18 +55,28 @@ class Tally(Collector):
         counts = self._counts
         counts[key] = counts.get(key, 0.0) + amount
 
+    def shift(self, gauge: MetricWrapperBase, labels: tuple[str, ...], amount: float) -> None:
+        """``gauge.labels(*labels).inc(amount)`` (``amount`` of either sign), folded."""
+        if self.direct:
+            gauge.labels(*labels).inc(amount)
+            return
+        key = (gauge, labels)
+        shifts = self._shifts
+        shifts[key] = shifts.get(key, 0.0) + amount
+
     def observe(self, histogram: MetricWrapperBase, labels: tuple[str, ...], value: float) -> None:
         """``histogram.labels(*labels).observe(value)``, folded (the same bucket: the first bound >= value)."""
         if self.direct:
             histogram.labels(*labels).observe(value)
             return
         key = (histogram, labels)
-        row = self._histograms.get(key)
-        bounds = self._bounds.get(histogram)
-        if bounds is None:
-            bounds = self._bounds[histogram] = list(histogram._upper_bounds)  # ends with +Inf
-        if row is None:
-            row = self._histograms[key] = [0.0] * (len(bounds) + 1)  # one per bucket, then the sum
+        entry = self._histograms.get(key)
+        if entry is None:
+            bounds = self._bounds.get(histogram)
+            if bounds is None:
+                bounds = self._bounds[histogram] = list(histogram._upper_bounds)  # ends with +Inf
+            entry = self._histograms[key] = (bounds, [0.0] * (len(bounds) + 1))  # one per bucket, then the sum
+        bounds, row = entry
         row[bisect_left(bounds, value)] += 1
         row[-1] += value
 
@@ -68,12 +86,15 @@ class Tally(Collector):
         for (counter, labels), amount in counts.items():
             counter.labels(*labels).inc(amount)
         histograms, self._histograms = self._histograms, {}
-        for (histogram, labels), row in histograms.items():
+        for (histogram, labels), (_, row) in histograms.items():
             child = histogram.labels(*labels)
             for index, observed in enumerate(row[:-1]):
                 if observed:
                     child._buckets[index].inc(observed)
             child._sum.inc(row[-1])
+        shifts, self._shifts = self._shifts, {}
+        for (gauge, labels), amount in shifts.items():
+            gauge.labels(*labels).inc(amount)
 
     def collect(self) -> Iterator[Metric]:
         """Flush (the registry collects this before the instruments); yields nothing of its own."""

@@ -122,7 +122,7 @@ class PrefixFeedback:
         """Learn from a finished request that had ``matched`` index blocks on ``name``; returns the
         prediction outcome (exact/over/under) or None (also when ``judge`` is false: then only the
         bytes per token and the latency are learned)."""
-        if not isinstance(usage, Mapping):
+        if type(usage) is not dict and not isinstance(usage, Mapping):  # a dict (parsed JSON) skips the ABC check
             return None
         prompt = usage.get("prompt_tokens")
         completion = usage.get("completion_tokens")
@@ -132,7 +132,7 @@ class PrefixFeedback:
             return None
         self._learn_ratio(name, key.length, prompt)
         details = usage.get("prompt_tokens_details")
-        cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+        cached = details.get("cached_tokens") if details is not None and isinstance(details, Mapping) else None
         if not isinstance(cached, int) or not judge:
             return None
         block = self.block_tokens(name)

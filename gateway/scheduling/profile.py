@@ -132,6 +132,7 @@ class ProfileDecision(Decision):
         self._candidates = candidates
         self.filtered = filtered
         self.hints = hints
+        self._first = first
         self.profile = owner.name
         self.cluster = cluster
         self._store = owner.store
@@ -159,9 +160,16 @@ class ProfileDecision(Decision):
         _, totals, offset = self.scores()
         return {c.name: total + offset for c, total in zip(self._candidates, totals, strict=True)}
 
+    def _candidate(self, name: str) -> Candidate | None:
+        """The routable candidate of endpoint ``name`` (usually the first-ranked: the one tried), or None."""
+        first = self._first
+        if first.name == name:
+            return first
+        return next((c for c in self._candidates if c.name == name), None)
+
     def predicted(self, name: str) -> int:
         """Cached tokens ``name`` should report: exact by its KV events when known, else the index's guess."""
-        candidate = next((c for c in self._candidates if c.name == name), None)
+        candidate = self._candidate(name)
         if candidate is not None and candidate.precise is not None:
             return candidate.precise
         return self._approximate(candidate)
@@ -172,15 +180,18 @@ class ProfileDecision(Decision):
     def commit(self, endpoint: Endpoint) -> None:
         self._feedback.prefill.settle(self._ticket)  # headers came with the first token: prefilled
         name = endpoint.spec.name
-        self.predicted_cached = self.predicted(name)
-        self._store.record(name, self.key)
+        candidate = self._candidate(name)
         # the counters' check judges the byte index (its capacity scale), so it gets the index's guess
-        self._feedback.committed(name, self._approximate(next((c for c in self._candidates if c.name == name), None)))
+        approximate = self._approximate(candidate)
+        precise = candidate.precise if candidate is not None else None
+        self.predicted_cached = approximate if precise is None else precise  # what predicted(name) gives
+        self._store.record(name, self.key)
+        self._feedback.committed(name, approximate)
 
     def observe(self, endpoint: Endpoint, usage: Mapping[str, Any] | None) -> None:
         self._feedback.prefill.settle(self._ticket)
         name = endpoint.spec.name
-        candidate = next((c for c in self._candidates if c.name == name), None)
+        candidate = self._candidate(name)
         state = self.hints.state
         indexed = 0 if state is None else state.matched.get(name, 0)
         # the closed loop judges the index; a match with a prompt still prefilling at scheduling

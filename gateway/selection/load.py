@@ -198,7 +198,14 @@ class LoadTracker:
         for e in endpoints:
             if e.routable:
                 spec = e.spec
-                pairs.append((occupancy(e, fresh_scrape(spec.name)), per_endpoint * spec.weight))
+                occupied = float(e.in_flight)  # occupancy(e, scrape), inlined: this runs per endpoint per request
+                scrape = fresh_scrape(spec.name)
+                if scrape is not None:
+                    stats = scrape.stats
+                    engine = (stats.running or 0.0) + (stats.waiting or 0.0)
+                    if engine > occupied:
+                        occupied = engine
+                pairs.append((occupied, per_endpoint * spec.weight))
         wait, load = queue_wait(pairs, estimates.service_s, quantile)
         return ClusterView(
             profile, len(pairs), load, wait, estimates.base_s, estimates.error_rate, estimates.output_tokens

@@ -140,17 +140,22 @@ class RouteSelector:
 
     def views(self, names: Sequence[str] | None = None) -> dict[str, ClusterView]:
         """Live views of the named clusters (default: all), at current prices."""
-        settings = self._settings()
         profiles = self.profiles()
-        wanted = profiles if names is None else {n: profiles[n] for n in names if n in profiles}
-        quantile = settings.route_selection.wait_quantile
+        quantile = self._settings().route_selection.wait_quantile
         board, now, stale_after = self._board, self._clock(), self._stale_after_s  # one clock read for all
 
         def fresh(name: str) -> Scrape | None:
             return board.fresh(name, now, stale_after) if board is not None else None
 
         view, cluster = self.tracker.view, self._registry.cluster
-        return {name: view(p, cluster(name), fresh, quantile) for name, p in wanted.items()}
+        if names is None:
+            return {name: view(p, cluster(name), fresh, quantile) for name, p in profiles.items()}
+        views = {}
+        for name in names:
+            profile = profiles.get(name)
+            if profile is not None:
+                views[name] = view(profile, cluster(name), fresh, quantile)
+        return views
 
     def tiered_views(self) -> list[ClusterView]:
         return [view for view in self.views().values() if view.tier is not None]
@@ -208,7 +213,7 @@ class RouteSelector:
         max_ttft_s, max_cost = request_limits(headers, settings.route_selection.limits_for(key.name))
         params = self.params()
         views = self.views(None if entry.selects else entry.route.clusters)
-        if entry.selects is None and not any(v.profile.max_context_tokens for v in views.values()):
+        if entry.selects is None and not _context_limited(views):
             # a public model name whose clusters set no context limit keeps its route as it is:
             # nothing to estimate (the signals are read when explained)
             limits = _NO_LIMITS if max_ttft_s is None and max_cost is None else Limits(max_ttft_s, max_cost)
@@ -254,7 +259,12 @@ class RouteSelector:
 
     def attach(self, exchange: Any, routed: Routed) -> None:
         """Count the decision and put it on the exchange (its close-out calls :meth:`finished`)."""
-        self._metrics.selections.labels(routed.model, routed.cluster, routed.selection.reason).inc()
+        metrics = self._metrics
+        labels = (routed.model, routed.route.clusters[0], routed.selection.reason)
+        if metrics.tally is not None:  # added in at scrape (observability/tally.py)
+            metrics.tally.count(metrics.selections, labels)
+        else:
+            metrics.selections.labels(*labels).inc()
         exchange.selection = routed
 
     def finished(self, exchange: Any, cost: float) -> None:
@@ -357,6 +367,14 @@ class RouteSelector:
             },
             "cluster_state": clusters,
         }
+
+
+def _context_limited(views: Mapping[str, ClusterView]) -> bool:
+    """Whether a cluster of ``views`` sets ``max_context_tokens`` (a loop: no generator per request)."""
+    for view in views.values():
+        if view.profile.max_context_tokens:
+            return True
+    return False
 
 
 def _finite(value: float, digits: int) -> float | None:

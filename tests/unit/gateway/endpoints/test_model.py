@@ -75,3 +75,43 @@ def test_rate_limit_cooldown_is_no_failure_and_ends_by_itself() -> None:
     assert endpoint.cooling_until == 0.0 and endpoint.routable
     endpoint.cool_down(0.0)
     assert endpoint.routable
+
+
+def _routable_long_form(endpoint: Endpoint) -> bool:
+    """``Endpoint.routable`` as it read before its shortcuts (issue 23): every check called."""
+    return (
+        endpoint.health is not Health.UNHEALTHY and not endpoint.stalled and not endpoint.draining
+        and not endpoint.cooling_until and endpoint.breaker.available()
+    )
+
+
+@pytest.mark.parametrize("health", list(Health))
+@pytest.mark.parametrize("stalled", [False, True])
+@pytest.mark.parametrize("draining", [False, True])
+@pytest.mark.parametrize("cool_s", [0.0, 5.0])
+@pytest.mark.parametrize("failures", [0, 2])
+@pytest.mark.parametrize("later_s", [0.0, 6.0, 60.0])
+@pytest.mark.parametrize("probe", [False, True])
+def test_routable_shortcuts_agree_with_every_check(
+    health: Health, stalled: bool, draining: bool, cool_s: float, failures: int, later_s: float, probe: bool
+) -> None:
+    """The closed-breaker and no-cooldown shortcuts give the long form's answer, and leave the same state."""
+    now = [0.0]
+    pairs = []
+    for _ in range(2):
+        endpoint = Endpoint(
+            EndpointSpec("e", "c", "http://h/v1", "m"), breaker=BreakerPolicy(consecutive_failures=2, cooldown_s=10.0),
+            clock=lambda: now[0],
+        )
+        endpoint.health, endpoint.stalled, endpoint.draining = health, stalled, draining
+        endpoint.cool_down(cool_s)
+        for _ in range(failures):
+            endpoint.record_failure("x")
+        pairs.append(endpoint)
+    now[0] = later_s
+    fast, slow = pairs
+    if probe:  # a half-open breaker whose one probe is out
+        fast.breaker.allow()
+        slow.breaker.allow()
+    assert fast.routable == _routable_long_form(slow)
+    assert (fast.circuit, fast.cooling_until) == (slow.circuit, slow.cooling_until)

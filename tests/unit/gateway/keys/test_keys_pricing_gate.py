@@ -276,3 +276,22 @@ def test_a_long_authorization_value_is_accepted_but_not_remembered() -> None:
     assert table.authenticate(padded) is record
     assert padded not in table._seen and f"Bearer {secret}" not in table._seen
     assert table.authenticate(f"Bearer {secret}") is record and f"Bearer {secret}" in table._seen
+
+
+@pytest.mark.parametrize("charge_estimate", [False, True])
+@pytest.mark.parametrize("cluster", ["c", ""])
+def test_the_queued_settlement_has_every_field_by_name(charge_estimate: bool, cluster: str) -> None:
+    """``settle`` builds its Settlement positionally (cheaper); every field must hold what its name says."""
+    from gateway.keys.quota_store import Settlement
+
+    gate = KeyGate(KeyTable(), MemoryQuotaStore(), wall_clock=lambda: NOW)
+    key = KeyRecord("k", "team", "p", "d", KeyLimits(tpm=100, budget_usd=1.0))
+    admission = Admission(key, reserved=40, reserved_micro_usd=70, admitted_at=NOW - 5)
+    gate.settle(admission, "m", cluster, False, TokenUsage(7, 4, 3), 11e-6, charge_estimate=charge_estimate)
+    (queued,) = gate._queue
+    expected = Settlement(
+        key_id="k", limits=key.limits, now=NOW, reserved=0 if charge_estimate else 40, model="m",
+        cluster=cluster or "-", ok=False, input_tokens=7, cached_tokens=4, output_tokens=3, cost_micro_usd=11,
+        reserved_micro_usd=0 if charge_estimate else 70, admitted_at=NOW - 5,
+    )
+    assert dataclasses.asdict(queued) == dataclasses.asdict(expected)

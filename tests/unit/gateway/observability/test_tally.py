@@ -54,3 +54,32 @@ def test_direct_mode_writes_through() -> None:
     tally.observe(histogram, ("m",), 0.05)
     assert counter.labels("m", "success")._value.get() == 1  # no collection needed
     assert histogram.labels("m")._sum.get() == 0.05
+
+
+def test_gauge_steps_read_as_direct_ones_at_every_collection() -> None:
+    """``shift``: the in-flight gauge's +1/-1 steps folded; a label set whose steps cancel out still shows 0."""
+    from prometheus_client import Gauge
+
+    registries = []
+    for _ in range(2):
+        registry = CollectorRegistry(auto_describe=True)
+        registries.append((registry, Tally(registry), Gauge("t_in_flight", "in flight", ["endpoint"], registry=registry)))
+    (folded, tally, gauge), (direct, _, d_gauge) = registries
+    steps = [("a", 1.0), ("b", 1.0), ("a", 1.0), ("a", -1.0), ("b", -1.0), ("c", 1.0), ("c", -1.0)]
+    for round_ in range(3):
+        for name, step in steps[round_:]:
+            tally.shift(gauge, (name,), step)
+            d_gauge.labels(name).inc(step)
+        assert _samples(folded) == _samples(direct), f"round {round_}"
+        assert _samples(folded) == _samples(direct)  # a second collection adds nothing
+    assert folded.get_sample_value("t_in_flight", {"endpoint": "c"}) == 0.0  # its child exists, at 0
+
+
+def test_direct_mode_shifts_through() -> None:
+    from prometheus_client import Gauge
+
+    registry = CollectorRegistry(auto_describe=True)
+    tally = Tally(registry, direct=True)
+    gauge = Gauge("t_in_flight", "in flight", ["endpoint"], registry=registry)
+    tally.shift(gauge, ("a",), 1.0)
+    assert gauge.labels("a")._value.get() == 1.0  # no collection needed

@@ -277,3 +277,29 @@ async def test_a_single_candidate_is_chosen_unscored_and_explained_with_the_same
     assert decision.totals == {"only": pytest.approx(totals[0] + offset)}
     row = decision.explain()["endpoints"][0]
     assert row["name"] == "only" and row["total"] == pytest.approx(sum(profile.scorers[n] * s for n, s in scores.items()))
+
+
+@pytest.mark.parametrize("precise", [None, 48])
+@pytest.mark.parametrize("which", [0, 2])
+async def test_commit_records_what_predicted_gives_and_the_index_guess_for_the_counters(
+    precise: int | None, which: int
+) -> None:
+    """``commit`` computes the prediction once: the record keeps ``predicted(name)`` (exact when the
+    candidate's KV events know it), the counters' window the index's guess; for the first-ranked
+    endpoint and for one further down the ranking (a failover attempt)."""
+    scheduler, _, _, feedback, _, _ = build(ProfileSettings(filters=[]))
+    group = [endpoint(f"e{i}") for i in range(3)]
+    warm = await route(scheduler, group, LONG)
+    warm.observe(warm.ranked[0], {"prompt_tokens": 600, "completion_tokens": 5})
+    decision = await scheduler.schedule(group, chat(LONG))
+    target = decision.ranked[which]
+    candidate = decision.candidates[target.spec.name]
+    candidate.precise = precise
+    expected = decision.predicted(target.spec.name)
+    guess = feedback.predict(candidate.name, candidate.matched, decision.key)
+    assert expected == (guess if precise is None else precise)
+    assert guess > 0 or which != 0  # the warm endpoint comes first and holds the prompt
+    window = dict(feedback._window)
+    decision.commit(target)
+    assert decision.predicted_cached == expected
+    assert feedback._window[target.spec.name] == window.get(target.spec.name, 0.0) + guess

@@ -17,6 +17,7 @@ from gateway.protocol.openai import Operation, parse_request
 from gateway.selection.catalog import ModelCatalog
 from gateway.selection.classifier import ClassifierModel
 from gateway.observability.metrics import RouteMetrics
+from gateway.observability.tally import Tally
 from gateway.selection.selector import RouteSelector, spent_from
 from gateway.config import ConfigError, Settings, build_settings
 
@@ -48,12 +49,15 @@ class Clock:
         return self.now
 
 
-def make(settings: Settings, spent: Any = None, clock: Clock | None = None) -> tuple[RouteSelector, CollectorRegistry]:
+def make(
+    settings: Settings, spent: Any = None, clock: Clock | None = None, tallied: bool = False
+) -> tuple[RouteSelector, CollectorRegistry]:
     registry = CollectorRegistry()
+    tally = Tally(registry) if tallied else None  # as create_app: the gateway's tally, registered first
     selector = RouteSelector(
         settings=lambda: settings, catalog=ModelCatalog.from_settings(settings),
         registry=EndpointRegistry.from_settings(settings.clusters, settings.health, settings.circuit), pricing=Pricing.from_settings(settings.clusters),
-        metrics=RouteMetrics(registry), spent=spent, clock=clock or Clock(),
+        metrics=RouteMetrics(registry, tally), spent=spent, clock=clock or Clock(),
         model=ClassifierModel(bias=-2.0, weights={"cue:proof": 5.0}, threshold=0.5),
     )
     return selector, registry
@@ -172,8 +176,10 @@ class FakeExchange:
         self.listeners.append(callback)
 
 
-async def test_attach_counts_the_decision_and_finishing_feeds_the_load_model() -> None:
-    selector, registry = make(build_settings(CONFIG))
+@pytest.mark.parametrize("tallied", [False, True])
+async def test_attach_counts_the_decision_and_finishing_feeds_the_load_model(tallied: bool) -> None:
+    """The selection count reads the same whether it goes straight to its counter or through the tally."""
+    selector, registry = make(build_settings(CONFIG), tallied=tallied)
     routed = await selector.select(chat(PROOF), KEY, {})
     usage = {"prompt_tokens": 1000, "completion_tokens": 2000, "prompt_tokens_details": {"cached_tokens": 0}}
     exchange = FakeExchange(usage=usage, admission=SimpleNamespace(key=KEY))
