@@ -32,6 +32,7 @@ Errors are rendered by the edge in the row's shape (Anthropic's on ``/v1/message
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -347,7 +348,8 @@ class ApiDirector:
                 f"The model `{model}` serves {what}: the {api.name} API ({api.method} {api.paths[0]}) is not "
                 f"supported for it.", param="model"
             )
-        served = Route(route.name, kept, failover=route.failover, reason=route.reason, timeouts=route.timeouts)
+        served = dataclasses.replace(route, clusters=kept,  # spill targets only among the clusters kept
+                                     spill_to=tuple(name for name in route.spill_to if name in kept))
         self._served = (clusters, route, serves, served)
         return served
 

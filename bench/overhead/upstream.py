@@ -7,8 +7,10 @@ body is only searched for two byte patterns.
 
     POST .../chat/completions, .../completions
         non-streaming: one fixed chat.completion JSON (Content-Length)
-        ``"stream": true``: ``--chunks`` SSE chunks (chunked transfer encoding), the first written
-        with the headers, then one every ``--interval-ms``, a usage chunk, ``data: [DONE]``
+        ``"stream": true``: a role chunk and ``--chunks`` content chunks (chunked transfer
+        encoding), the role chunk and the first content chunk written with the headers (as vLLM
+        sends them: both when the first token is out), then one every ``--interval-ms``, a usage
+        chunk, ``data: [DONE]``
         a prompt containing ``kvgate-bench-hold-<S>``: a slow stream, one chunk per second for
         S seconds (the 1,000-open-streams memory check)
     GET /health                 200
@@ -194,8 +196,11 @@ class UpstreamProtocol(asyncio.Protocol):
     def _stream(self, chunks: int, interval_s: float) -> None:
         assert self.transport is not None
         self.counters.running += 1
-        self.transport.write(_STREAM_HEAD + _FIRST)
-        self._next(chunks, interval_s)
+        # the role chunk and the first content chunk together, as vLLM writes them: its chat stream builds
+        # the role delta in the first iteration of the engine's output generator, i.e. with the first
+        # token (vllm/entrypoints/openai/chat_completion/serving.py, `if first_iteration:`)
+        self.transport.write(_STREAM_HEAD + _FIRST + (_TOKEN if chunks > 0 else b""))
+        self._next(chunks - 1, interval_s)
 
     def _next(self, left: int, interval_s: float) -> None:
         transport = self.transport

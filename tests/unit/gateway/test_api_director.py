@@ -43,3 +43,12 @@ def test_the_remembered_answer_is_the_fresh_one(apis: list[str]) -> None:
         current[0] = build_settings({"clusters": {**CLUSTERS, "pool": {**CLUSTERS["pool"], "serves": "generate"}}})
     both = Route("both", ("gen", "pool"))
     assert director.serving(both, BY_NAME["chat"], "m") is both  # every cluster generates: the route itself
+
+
+def test_a_route_cut_to_its_serving_clusters_keeps_its_admission_settings() -> None:
+    settings = build_settings({"clusters": {**CLUSTERS, "gen2": CLUSTERS["gen"]}})
+    director = ApiDirector(None, lambda: settings, None)  # type: ignore[arg-type]
+    route = Route("mixed", ("gen", "pool", "gen2"), spill_to=("pool", "gen2"), max_queue_wait_s=2.5, reason="route")
+    served = director.serving(route, BY_NAME["chat"], "m")
+    assert served.clusters == ("gen", "gen2") and served.spill_to == ("gen2",)  # a pooling cluster takes no chat spill
+    assert (served.max_queue_wait_s, served.reason, served.name) == (2.5, "route", "mixed")
