@@ -90,8 +90,15 @@ async def wait_for_disconnect(receive: Receive) -> None:
 
 
 async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any], left: list[bool]) -> None:
-    """Cancel ``task`` (once) when the client has disconnected, noting it in ``left`` first."""
-    await wait_for_disconnect(receive)
+    """Cancel ``task`` (once) when the client has disconnected, noting it in ``left`` first.
+
+    A ``receive`` that fails (the server's connection broke) counts as the client leaving: it is
+    logged, and ``task`` is cancelled all the same, so no relay outlives its connection.
+    """
+    try:
+        await wait_for_disconnect(receive)
+    except Exception as error:  # noqa: BLE001  # the connection is gone either way
+        log.warning("reading the client's connection failed (%r): ending the stream", error)
     left.append(True)
     task.cancel()
 
@@ -183,17 +190,32 @@ class StreamRelay:
             assert task is not None
             left: list[bool] = []  # the watcher saw the client leave (and cancelled ``task`` once)
             watcher = asyncio.ensure_future(_cancel_on_disconnect(receive, task, left))
+            taken_back = False  # the watcher's cancel (if it came) has been uncancelled
             try:
                 await self._relay(send)  # in this task: no task and no loop turn between the headers and the first chunk
             except asyncio.CancelledError:
-                if not left or task.uncancel() > 0:  # a cancel from elsewhere (or as well): it stays one
+                if not left:
                     raise
+                taken_back = True
+                if task.uncancel() > 0:  # a cancel from elsewhere as well: it stays one
+                    raise
+                self._ended_as_client_left()
             except Exception as error:  # noqa: BLE001  # sending to the client failed: it is gone
                 log.debug("relay ended by %r", error)
             finally:
                 watcher.cancel()
+                if left and not taken_back:  # the cancel came out as another exception, or not at all
+                    task.uncancel()
         finally:
             self.abort()
+
+    def _ended_as_client_left(self) -> None:
+        """The client left: a stream that had already reached its end (the endpoint's last event
+        read, with no error) is a success, as it would have been a loop turn earlier."""
+        source = self._source
+        observer = self._observer
+        if source is not None and observer.done and observer.error is None and self._exchange.outcome is None:
+            self._finish(source)
 
     def abort(self) -> None:
         """End the attempt if the relay never ran or was interrupted (idempotent): ``cancelled``, also

@@ -4,7 +4,8 @@ The relay runs in the request's own task (``gateway/relay.py``); a watcher task 
 ``receive`` gives ``http.disconnect``. A client that leaves ends the stream as ``cancelled`` and the
 call returns normally (the edge answers nothing more); a cancel from anywhere else (a shutdown)
 still comes out as ``CancelledError``; either way the attempt is ended once and the task is left
-with no pending cancel of the watcher's.
+with no pending cancel of the watcher's. A stream that had read its end when the client left is a
+success; a ``receive`` that fails counts as the client leaving, and is logged.
 """
 
 from __future__ import annotations
@@ -23,14 +24,21 @@ from gateway.relay import StreamRelay
 from tests.unit.gateway.test_relay_memory import TwoReads, event
 
 
-def _relay() -> tuple[StreamRelay, Endpoint, Exchange]:
+class Reads(TwoReads):
+    """An upstream response: the given reads, then the end of the body."""
+
+    async def next_chunk(self) -> bytes:
+        return self._reads.pop(0) if self._reads else b""
+
+
+def _relay(response: TwoReads | None = None) -> tuple[StreamRelay, Endpoint, Exchange]:
     endpoint = Endpoint(EndpointSpec("e", "c", "http://e/v1", "m"))
     exchange = Exchange("r", "m", lambda: 0.0)
     first = event({"role": "assistant", "content": ""}) + event({"content": "a"})
     observer = StreamObserver(lambda: 0.0)
     observer.feed(first)
     relay = StreamRelay(
-        source=Upstreamed(Attempt(endpoint, None, GatewayMetrics()), TwoReads(event({"content": "b"})), first, None),
+        source=Upstreamed(Attempt(endpoint, None, GatewayMetrics()), response or TwoReads(event({"content": "b"})), first, None),
         observer=observer, exchange=exchange, idle_s=3600,
     )
     return relay, endpoint, exchange
@@ -87,3 +95,110 @@ async def test_the_first_chunk_follows_the_headers_without_a_loop_turn() -> None
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert order[:2] == ["http.response.start", "http.response.body"], order  # the loop's turn comes after
+
+
+async def test_a_client_leaving_as_the_stream_ends_is_a_success() -> None:
+    """The watcher's cancel lands in the last ``send``: the endpoint's answer was complete."""
+    relay, endpoint, exchange = _relay(Reads(event({"content": "b"}) + b"data: [DONE]\n\n"))
+    leave = asyncio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and not message["more_body"]:
+            leave.set()
+            await asyncio.sleep(0.5)  # the client leaves while this one is being written
+
+    async def receive() -> dict[str, Any]:
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    task = asyncio.ensure_future(relay({"type": "http"}, receive, send))
+    await asyncio.wait_for(task, 5)
+    assert task.cancelling() == 0
+    assert exchange.outcome == "success" and endpoint.in_flight == 0
+
+
+@pytest.mark.parametrize("first", ["client_left", "shutdown"])
+async def test_a_client_leaving_during_a_shutdown_cancel_stays_cancelled(first: str) -> None:
+    """Both cancels in one turn: the shutdown's is not swallowed by the watcher's."""
+    relay, endpoint, exchange = _relay()
+    waiting = asyncio.Event()
+    leave = asyncio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            waiting.set()
+
+    async def receive() -> dict[str, Any]:
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    task = asyncio.ensure_future(relay({"type": "http"}, receive, send))
+    await asyncio.wait_for(waiting.wait(), 5)
+    await asyncio.sleep(0)
+    if first == "client_left":
+        leave.set()
+        task.cancel()
+    else:
+        task.cancel()
+        leave.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    assert exchange.outcome == "cancelled" and endpoint.in_flight == 0
+
+
+async def test_a_cancel_turned_into_another_error_leaves_no_pending_cancel() -> None:
+    relay, endpoint, exchange = _relay()
+    started = asyncio.Event()
+    leave = asyncio.Event()
+
+    class Wrapping(StreamRelay):  # a layer inside the relay that turns the cancel into an ordinary error
+        __slots__ = ()
+
+        async def _relay(self, send: Any) -> None:
+            started.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                raise RuntimeError("wrapped cancel") from None
+
+    relay.__class__ = Wrapping
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    async def receive() -> dict[str, Any]:
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    async def request() -> int:
+        await relay({"type": "http"}, receive, send)
+        await asyncio.sleep(0)  # a pending cancel would land here
+        return asyncio.current_task().cancelling()  # type: ignore[union-attr]
+
+    task = asyncio.ensure_future(request())
+    await asyncio.wait_for(started.wait(), 5)
+    leave.set()
+    assert await asyncio.wait_for(task, 5) == 0
+    assert exchange.outcome == "cancelled" and endpoint.in_flight == 0
+
+
+async def test_a_failing_receive_ends_the_stream_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    relay, endpoint, exchange = _relay()
+    waiting = asyncio.Event()
+    broken = asyncio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            waiting.set()
+
+    async def receive() -> dict[str, Any]:
+        await broken.wait()
+        raise OSError("connection reset")
+
+    task = asyncio.ensure_future(relay({"type": "http"}, receive, send))
+    await asyncio.wait_for(waiting.wait(), 5)
+    with caplog.at_level("WARNING", logger="kvgate.relay"):
+        broken.set()
+        await asyncio.wait_for(task, 5)
+    assert exchange.outcome == "cancelled" and endpoint.in_flight == 0 and task.cancelling() == 0
+    assert any("connection reset" in record.getMessage() for record in caplog.records)
