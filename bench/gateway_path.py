@@ -40,7 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.app import create_app  # noqa: E402
-from gateway.cli import tune_gc  # noqa: E402
+from gateway.api.serving import tune_gc  # noqa: E402
 from gateway.protocol.openai import Operation  # noqa: E402
 from gateway.config import build_settings  # noqa: E402
 

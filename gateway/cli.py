@@ -21,16 +21,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import gc
 import ipaddress
 import logging
 import secrets
 import signal
 import socket
 import sys
-import time
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # uvicorn and the settings (pydantic) are imported by the commands that use them,
@@ -88,24 +85,6 @@ def fixed_mmap_threshold(threshold_bytes: int = 1 << 20, trim_bytes: int = 16 <<
         return bool(mmap_set) and bool(trim_set)
     except (OSError, AttributeError):
         return False
-
-
-def tune_gc(young_threshold: int = 50_000) -> None:
-    """Keep the cyclic garbage collector off the request path of a serving process.
-
-    Measured under ``bench/overhead`` (c=32, one core, gc.callbacks timing every collection):
-    with CPython's defaults a young-generation collection ran every ~20 requests (objects of
-    in-flight requests are alive when it runs) and took ~140 us, and each full collection walked
-    the ~100k objects built at start-up (modules, settings, the app) for 60-75 ms: about 35 us of
-    CPU per request on average and 50-60 ms stalls at p99. ``gc.freeze()`` moves everything alive
-    after start-up to the permanent generation (never scanned; the approach CPython's ``gc`` docs
-    recommend for pre-fork servers), and a young threshold of ``young_threshold`` allocations
-    (default 700) lets refcounting free each request's objects before a collection sees them.
-    Cyclic garbage is still collected, just less often.
-    """
-    gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(young_threshold, middle, old)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -329,38 +308,10 @@ async def _up_async(args: argparse.Namespace) -> int:
     return 0
 
 
-REPEAT_GRACE_S = 1.0
-"""Seconds after a first SIGINT/SIGTERM in which a repeat is the same stop, not "force exit":
-GNU make forwards a process group's SIGTERM to its child, so ``make run`` gets it twice at once."""
-
-
 def _new_server(config: uvicorn.Config) -> Any:
-    """A uvicorn server without its own signal handling (which re-raises the signal after shutdown)."""
-    import uvicorn
+    from gateway.api.serving import GatewayServer  # imports uvicorn: only the commands that serve
 
-    class _Server(uvicorn.Server):
-        force_on_repeat = True  # a second signal forces exit (not in a --processes child)
-        repeat_grace_s = REPEAT_GRACE_S
-        clock = staticmethod(time.monotonic)
-        first_signal_at: float | None = None
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
-
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            await super().startup(sockets=sockets)
-            tune_gc()
-
-        def request_exit(self) -> None:
-            now = self.clock()
-            if self.first_signal_at is None:
-                self.first_signal_at = now
-            elif self.force_on_repeat and now - self.first_signal_at >= self.repeat_grace_s:
-                self.force_exit = True
-            self.should_exit = True
-
-    return _Server(config)
+    return GatewayServer(config)
 
 
 async def _announce_when_started(server: uvicorn.Server, settings: Settings, model: str, admin_key: str | None) -> None:

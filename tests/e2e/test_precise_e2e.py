@@ -11,7 +11,6 @@ worker of its own per test (the shared pool has no events), about 30-60 s each t
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Callable
 
 import httpx
@@ -28,24 +27,23 @@ from gateway.scheduling.tokens import TokenizeClient, held, tokenize_body
 from gateway.protocol.openai import Operation
 from tests.e2e.conftest import START_TIMEOUT_S
 from tests.support.local_workers import LocalWorkerPool
+from tests.support.loopback import free_port, until
 
 pytestmark = pytest.mark.e2e
 
 SYSTEM = " ".join(f"Fact {i}: the depot keeps {i * 7} crates of item {i}." for i in range(60))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+async def _until(condition: Callable[[], object], what: str) -> None:
+    await until(condition, what, timeout_s=30.0, every_s=0.05)  # a real worker on a loaded machine
 
 
-async def _until(condition, what: str, rounds: int = 600) -> None:  # noqa: ANN001
-    for _ in range(rounds):
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
+async def _stop(task: asyncio.Task[None], subscriber: KvEventSubscriber) -> None:
+    """End a subscriber's task (it must end by the cancel, not before) and close its socket."""
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    subscriber.close()
 
 
 async def _predicts_cached_tokens(client: httpx.AsyncClient, worker, sets: KvBlockSets, name: str,  # noqa: ANN001
@@ -88,10 +86,7 @@ async def test_events_arrive_and_the_set_predicts_cached_tokens(vllm_runtime: Ru
             assert [s["endpoint"] for s in sources.values()] == [bind]
             await _predicts_cached_tokens(client, worker, sets, "local-0", lambda: subscriber.batches)
     finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        subscriber.close()
+        await _stop(task, subscriber)
 
 
 async def test_connect_mode_reaches_a_worker_that_binds_its_publisher(vllm_runtime: Runtime, host_dtypes: Chosen) -> None:
@@ -121,7 +116,4 @@ async def test_connect_mode_reaches_a_worker_that_binds_its_publisher(vllm_runti
             assert sets.known("static-0")
             await _predicts_cached_tokens(client, worker, sets, "static-0", lambda: subscriber.batches)
     finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        subscriber.close()
+        await _stop(task, subscriber)

@@ -238,7 +238,7 @@ def test_an_sdk_request_appears_in_requests_and_opens_its_explanation(stack: Sta
         client.chat.completions.create(model="fast-model", max_tokens=4, messages=[
             {"role": "system", "content": HANDBOOK}, {"role": "user", "content": f"tenant question {i}"}])
     _view(browser, "requests")
-    row = f"#requests tr[data-request-id='console-sdk-1']"
+    row = "#requests tr[data-request-id='console-sdk-1']"
     _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, row), "the SDK request in Requests")
     cells = _retry(browser, lambda d: d.find_element(By.CSS_SELECTOR, row).text, "the row's text")
     assert "team-browser" in cells and "fast-model" in cells and "200 success" in cells

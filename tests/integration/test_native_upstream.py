@@ -27,6 +27,7 @@ from gateway.errors import UpstreamError, UpstreamTimeoutError
 from gateway.config import UpstreamSettings
 from gateway.upstream import native
 from gateway.upstream.native import NativeUpstream
+from tests.support.loopback import until
 
 BROKEN = "connection closed before the response body was complete"
 HEAD_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -47,12 +48,7 @@ def _ok(body: bytes, extra: bytes = b"", status: bytes = b"200 OK") -> bytes:
 
 async def _until(predicate: Callable[[], bool], what: str) -> None:
     """Poll ``predicate`` until true (for events with no awaitable signal); fail after ``WAIT_S``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_S
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        await asyncio.sleep(0.005)
+    await until(predicate, what, timeout_s=WAIT_S, every_s=0.005)
 
 
 async def _drain_body(response: native._Response) -> bytes:

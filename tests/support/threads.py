@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -13,12 +12,7 @@ import uvicorn
 from aiohttp import web
 
 from gateway.api.server import uvicorn_config
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.loopback import free_port
 
 
 class ServerThread:

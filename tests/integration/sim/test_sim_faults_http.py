@@ -17,6 +17,7 @@ from sim_support import MODEL, RunningSim, instant_config
 
 from backends.sim.latency import LatencyModel
 from backends.sim.presets import get_preset
+from tests.support.loopback import until
 
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 5}
 STREAM = {**BODY, "stream": True}
@@ -24,11 +25,7 @@ STREAM = {**BODY, "stream": True}
 
 async def _until(condition: Callable[[], bool], what: str) -> None:
     """Poll ``condition`` while loopback I/O happens (bounded; not a timing assertion)."""
-    for _ in range(2000):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"never happened: {what}")
+    await until(condition, what, every_s=0.005)
 
 
 def _events(raw: bytes) -> list[str]:

@@ -1,7 +1,7 @@
 import orjson
 import pytest
 
-from gateway.errors import AuthenticationError, ModelNotFoundError, UpstreamClientError, UpstreamError, error_message_of
+from gateway.errors import ModelNotFoundError, UpstreamClientError, UpstreamError, error_message_of
 from gateway.selection.catalog import ModelCatalog
 from gateway.config import build_settings
 

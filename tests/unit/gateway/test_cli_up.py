@@ -62,7 +62,8 @@ def test_a_signal_repeated_at_once_is_the_same_stop_and_a_later_one_forces_exit(
     trial saw the forced exit skip the lifespan's shutdown). A repeat within REPEAT_GRACE_S is one stop."""
     import uvicorn
 
-    from gateway.cli import REPEAT_GRACE_S, _new_server
+    from gateway.api.serving import REPEAT_GRACE_S
+    from gateway.cli import _new_server
 
     server = _new_server(uvicorn.Config(app=lambda scope, receive, send: None))
     now = [100.0]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 import textwrap
 import time
@@ -14,6 +13,7 @@ import pytest
 
 from backends.errors import WorkerStartError
 from backends.workers.process import WorkerProcess, tail_lines
+from tests.support.loopback import free_port
 
 # A child that starts a grandchild (same process group), records both pids, then waits.
 # IGNORE_TERM=1 makes both ignore SIGTERM.
@@ -53,12 +53,6 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(tmp_path: Path, script: str, *args: str, env: dict[str, str] | None = None,
@@ -113,7 +107,7 @@ async def test_stop_before_start_is_a_no_op(tmp_path: Path) -> None:
 
 
 async def test_wait_healthy_returns_when_health_answers_200(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     worker = _worker(tmp_path, HEALTHY, str(port), port=port)
     await worker.start()
     try:
@@ -134,7 +128,7 @@ async def test_wait_healthy_raises_with_log_tail_when_the_child_exits(tmp_path: 
 
 
 async def test_wait_healthy_times_out(tmp_path: Path) -> None:
-    worker = _worker(tmp_path, "import time; time.sleep(600)", port=_free_port())
+    worker = _worker(tmp_path, "import time; time.sleep(600)", port=free_port())
     await worker.start()
     try:
         with pytest.raises(WorkerStartError, match="not healthy .* after 0.3 s"):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import socket
 from typing import Any
 
 import msgspec
@@ -24,6 +23,7 @@ from gateway.scheduling.tokens import TokenizeClient, tokenize_body
 from gateway.protocol.openai import Operation
 
 from tests.unit.gateway.scheduling.support import candidate, chat, context, scheduler
+from tests.support.loopback import free_port, until
 
 BLOCK = 128
 TOKENS = list(range(1000, 1000 + 7 * BLOCK + 40))  # 7 whole blocks and a tail
@@ -71,21 +71,6 @@ def stored(first: int, blocks: int, parent: int | None = None, start: int = 0) -
 
 def worker(name: str, port: int = 1) -> Endpoint:
     return Endpoint(EndpointSpec(name, "c", f"http://127.0.0.1:{port}/v1", "m"))
-
-
-async def until(condition, what: str, rounds: int = 500) -> None:  # noqa: ANN001
-    """Wait for ``condition`` (polled every 10 ms, at most ``rounds`` times); fail, never hang."""
-    for _ in range(rounds):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- the subscriber ----------------------------------------------------------------------------
