@@ -3,7 +3,7 @@
 The same parts kvgate's inference fast path stands on, and nothing else: uvicorn's httptools
 protocol with an ASGI-free request cycle (as ``gateway/api/server.py``), kvgate's native upstream
 client (``gateway/upstream/native.py``), uvloop and the tuned garbage collector
-(``gateway.cli.tune_gc``). Each ``POST`` body is forwarded as is to one upstream and the answer
+(``gateway.api.serving.tune_gc``). Each ``POST`` body is forwarded as is to one upstream and the answer
 written back with its status and content type; no auth, parsing, routing, metrics or accounting.
 What kvgate costs above this row is its own Python logic; what this row costs is the floor
 (sockets, event loop, HTTP parsing) that only a different server and client stack can move.
@@ -21,7 +21,7 @@ import uvicorn
 import uvloop
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
-from gateway.cli import tune_gc
+from gateway.api.serving import tune_gc
 from gateway.config import UpstreamSettings
 from gateway.upstream.native import NativeUpstream
 

@@ -37,7 +37,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from gateway.api.server import uvicorn_config
     from gateway.app import create_app
-    from gateway.cli import tune_gc
+    try:
+        from gateway.api.serving import tune_gc
+    except ImportError:  # a --baseline-tree from before gateway/api/serving.py
+        from gateway.cli import tune_gc  # type: ignore[attr-defined,no-redef]
     from gateway.observability.logging import configure_logging
     from gateway.config import load_settings
 
