@@ -42,6 +42,17 @@ def _listening() -> socket.socket:
     return sock
 
 
+async def _closed(clients: list[socket.socket], server: asyncio.AbstractServer | None = None) -> None:
+    """Close the test's client sockets, the connections the server side made, and the server."""
+    for client in clients:
+        client.close()
+    for protocol in Counting.made:
+        protocol.transport.close()
+    if server is not None:
+        server.close()
+        await server.wait_closed()
+
+
 def _run(loop_kind: str, scenario: Callable[[], Awaitable[Any]]) -> Any:
     Counting.made = []
     if loop_kind == "uvloop":
@@ -66,12 +77,7 @@ async def _accepted_after_turns(with_acceptor: bool) -> tuple[int, int]:
     finally:
         if acceptor is not None:
             acceptor.close()
-        for client in clients:
-            client.close()
-        for protocol in Counting.made:
-            protocol.transport.close()
-        server.close()
-        await server.wait_closed()
+        await _closed(clients, server)
 
 
 @pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
@@ -101,12 +107,7 @@ def test_after_close_it_accepts_nothing_and_the_server_still_does() -> None:
             await until(lambda: len(Counting.made) == 4, "the server's own accepts")
             return acceptor.accepted, listen.fileno()
         finally:
-            for client in clients:
-                client.close()
-            for protocol in Counting.made:
-                protocol.transport.close()
-            server.close()
-            await server.wait_closed()
+            await _closed(clients, server)
 
     accepted, fileno = _run("uvloop", scenario)
     assert accepted == 0 and fileno != -1  # the server's own socket was left open by close()
@@ -143,9 +144,7 @@ def test_out_of_descriptors_it_pauses_then_accepts_again(caplog: pytest.LogCaptu
         finally:
             loop.remove_reader(listen.fileno())
             acceptor.close()
-            client.close()
-            for protocol in Counting.made:
-                protocol.transport.close()
+            await _closed([client])
             listen.close()
 
     with caplog.at_level(logging.WARNING, logger="kvgate.accept"):
