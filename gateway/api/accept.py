@@ -19,14 +19,14 @@ with the server's own protocol factory, so they get the same protocol class, HTT
 (``gateway/api/http_limits.py``) and TLS context as the connections the server accepts itself.
 The server's watcher keeps accepting too; whichever of the two comes second gets ``EAGAIN``.
 Under ``kvgate serve --processes N`` each process has its own ``SO_REUSEPORT`` queue, so a batch
-takes nothing from the other processes. Out of descriptors (``EMFILE``/``ENFILE``), it stops
-watching for ``retry_s`` (0.1 s) instead of spinning on a queue it cannot drain.
+takes nothing from the other processes. When ``accept`` fails otherwise (out of descriptors:
+``EMFILE``/``ENFILE``, or out of memory), it logs a warning and stops watching for ``retry_s``
+(0.1 s) instead of spinning on a queue it cannot drain; the server's own watcher goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import functools
 import logging
 import os
@@ -36,9 +36,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 log = logging.getLogger("kvgate.accept")
-
-_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-
 
 class BurstAcceptor:
     """Accepts up to ``batch`` queued connections per readable event of each listening socket.
@@ -83,13 +80,11 @@ class BurstAcceptor:
                 return  # the queue is empty (or the server's own watcher took the last one)
             except ConnectionAbortedError:
                 continue  # the client gave up while queued
-            except OSError as error:
-                if error.errno in _OUT_OF_DESCRIPTORS:
-                    log.warning("accepting a connection failed (%s): retrying in %g s", error, self._retry_s)
-                    self._loop.remove_reader(sock.fileno())
-                    self._loop.call_later(self._retry_s, self._rewatch, sock)
-                    return
-                raise
+            except OSError as error:  # EMFILE/ENFILE and the like: the queue cannot drain now
+                log.warning("accepting a connection failed (%s): retrying in %g s", error, self._retry_s)
+                self._loop.remove_reader(sock.fileno())
+                self._loop.call_later(self._retry_s, self._rewatch, sock)
+                return
             conn.setblocking(False)
             self.accepted += 1
             task = self._loop.create_task(self._connect(conn))
