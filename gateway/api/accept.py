@@ -37,6 +37,7 @@ from typing import Any
 
 log = logging.getLogger("kvgate.accept")
 
+
 class BurstAcceptor:
     """Accepts up to ``batch`` queued connections per readable event of each listening socket.
 
