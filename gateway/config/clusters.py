@@ -125,12 +125,18 @@ def check_references(
         ValueError: naming the bad key by its dotted path (``routes.main.clusters: unknown cluster 'x'``).
     """
     names: set[str] = set()
+    publishers: dict[str, str] = {}  # kv_events address -> the endpoint that has it
     for cluster_name, cluster in clusters.items():
         for index, endpoint in enumerate(cluster.endpoints):
             name = endpoint.name or f"{cluster_name}-{index}"
             if name in names:
                 raise ValueError(f"clusters.{cluster_name}.endpoints.{index}.name: duplicate endpoint name {name!r}")
             names.add(name)
+            if endpoint.kv_events is not None:  # one publisher's events would fill both endpoints' sets
+                if endpoint.kv_events in publishers:
+                    raise ValueError(f"clusters.{cluster_name}.endpoints.{index}.kv_events: {endpoint.kv_events!r} is also "
+                                     f"endpoint {publishers[endpoint.kv_events]!r}'s address (one publisher per worker)")
+                publishers[endpoint.kv_events] = name
     for route_name, route in routes.items():
         for cluster in route.clusters:
             if cluster not in clusters:

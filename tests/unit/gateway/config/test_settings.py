@@ -138,6 +138,12 @@ BAD = [
         {"clusters": {"fast": {"endpoints": [_endpoint(), _endpoint(name="fast-0")]}}},
         r"clusters\.fast\.endpoints\.1\.name: duplicate endpoint name 'fast-0'",
     ),
+    (
+        "kv-events-address-twice",
+        {"clusters": {"a": {"endpoints": [_endpoint(name="w1", kv_events="tcp://h:5601")]},
+                      "b": {"endpoints": [_endpoint(name="w2", kv_events="tcp://h:5601")]}}},
+        r"clusters\.b\.endpoints\.0\.kv_events: 'tcp://h:5601' is also endpoint 'w1''s address",
+    ),
     ("unknown-cluster", {"models": {"m": {"cluster": "nope"}}}, r"models\.m(\.cluster)?: unknown cluster 'nope'"),
     (
         "alias-twice",
