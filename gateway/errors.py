@@ -10,6 +10,7 @@ arise; nothing else reaches the HTTP edge except as a generic 500 ``server_error
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from http import HTTPStatus
 
@@ -172,30 +173,61 @@ class UpstreamTimeoutError(GatewayError):
 
 
 class UpstreamClientError(GatewayError):
-    """An endpoint's own 4xx answer, relayed to the client with its status and message.
+    """An endpoint's own 4xx answer, relayed to the client with its status, in OpenAI's shape.
 
-    ``raw`` holds the endpoint's body when it already has OpenAI's error shape; it is then sent
-    as it came. Otherwise the body text becomes the message of a wrapped error.
+    The body is rebuilt, never sent as it came: ``message`` from :func:`error_message_of` (the
+    endpoint's message, 500 characters at most, or a summary of a body that is not JSON);
+    ``param`` the endpoint's when it is a string; ``code`` the endpoint's when it is a short
+    string; ``type`` the endpoint's when it is one of OpenAI's snake-case ``*_error`` types, else
+    the status's (429: ``rate_limit_error``, any other: ``invalid_request_error``). vLLM answers
+    ``{"type": "BadRequestError", "code": 400}`` (its exception's class and an integer), which the
+    SDKs would hand to ``error.type`` / ``error.code`` as they came. A message saying the prompt is
+    past the model's context length gets OpenAI's ``code: "context_length_exceeded"`` when the
+    endpoint gave no string code (vLLM: "This model's maximum context length is ...", "... longer
+    than the maximum model length of ...").
+
+    The fields come from the body's ``error`` object, or from the body itself when it is flat
+    (older vLLM: ``{"object": "error", "message": ..., "type": ..., "code": 400}``). ``raw``: the
+    endpoint's body when it is JSON with an ``error`` object (another API's door reads it:
+    ``gateway/protocol/messages.py``), else None.
     """
 
     type = "invalid_request_error"
 
     def __init__(self, status: int, raw: bytes, headers: Mapping[str, str] | None = None) -> None:
         self.status = status
-        self.raw = raw if _is_openai_error(raw) else None
+        error, shaped = _error_fields(raw)
+        self.raw = raw if shaped else None
         message = error_message_of(raw, status) if raw.strip() else f"upstream returned HTTP {status}"
-        super().__init__(message, headers=headers)
+        param = error.get("param")
+        code = error.get("code")
+        if not (isinstance(code, str) and 0 < len(code) <= _MAX_CODE_CHARS):
+            code = "context_length_exceeded" if _CONTEXT_LENGTH.search(message) else None
+        kind = error.get("type")
+        self.type = kind if isinstance(kind, str) and _OPENAI_TYPE.fullmatch(kind) else (
+            "rate_limit_error" if status == 429 else "invalid_request_error"
+        )
+        super().__init__(message, param=param if isinstance(param, str) else None, code=code, headers=headers)
+        self.code = code  # None stays None (the class default is not an endpoint's code)
 
-    def body(self) -> bytes:
-        return self.raw if self.raw is not None else super().body()
+
+_MAX_CODE_CHARS = 64
+_OPENAI_TYPE = re.compile(r"[a-z]+(?:_[a-z]+)*_error")
+_CONTEXT_LENGTH = re.compile(r"maximum context length|maximum model length|context length exceeded", re.IGNORECASE)
 
 
-def _is_openai_error(raw: bytes) -> bool:
+def _error_fields(raw: bytes) -> tuple[dict, bool]:
+    """(the error's fields, whether the body has an ``error`` object) of an endpoint's JSON error body."""
     try:
         parsed = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return False
-    return isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
+        return {}, False
+    if not isinstance(parsed, dict):
+        return {}, False
+    error = parsed.get("error")
+    if isinstance(error, dict):
+        return error, True
+    return (parsed, False) if isinstance(parsed.get("message"), str) else ({}, False)
 
 
 def error_message_of(raw: bytes, status: int | None = None, *, relay_text: bool = True) -> str:

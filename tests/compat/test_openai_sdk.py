@@ -260,11 +260,12 @@ def test_truncated_stream_raises_api_error_without_a_finish_reason(client: opena
 
 
 SDK_ERRORS = [
-    # (model, fake script, SDK exception, status, error.code)
+    # (model, fake script, SDK exception, status, error.code): vLLM's integer code (its status) is
+    # not an OpenAI code (a string or null) and is not relayed (gateway/errors.py, UpstreamClientError)
     ("no-such-model", "ok", openai.NotFoundError, 404, "model_not_found"),
-    ("qwen-fast", "status:400", openai.BadRequestError, 400, 400),
-    ("qwen-fast", "status:422", openai.UnprocessableEntityError, 422, 422),
-    ("qwen-fast", "status:429", openai.RateLimitError, 429, 429),
+    ("qwen-fast", "status:400", openai.BadRequestError, 400, None),
+    ("qwen-fast", "status:422", openai.UnprocessableEntityError, 422, None),
+    ("qwen-fast", "status:429", openai.RateLimitError, 429, None),
     ("qwen-fast", "status:500", openai.InternalServerError, 502, "upstream_error"),
 ]
 SDK_ERROR_CASES = [
@@ -282,6 +283,7 @@ def test_errors_map_to_sdk_exceptions(
         client.chat.completions.create(model=model, messages=MESSAGES, stream=stream, extra_body={"fake": script})
     assert caught.value.status_code == status
     assert caught.value.code == code
+    assert caught.value.type in ("invalid_request_error", "rate_limit_error", "server_error")
     assert caught.value.response.headers.get("x-request-id")
     if status == 429:
         assert caught.value.response.headers["retry-after"] == "7"

@@ -11,12 +11,38 @@ def test_error_body_shape() -> None:
     assert body == {"error": {"message": "boom", "type": "server_error", "param": None, "code": "upstream_error"}}
 
 
-def test_upstream_client_error_relays_openai_bodies_and_wraps_others() -> None:
-    raw = b'{"error": {"message": "max_tokens too large", "type": "BadRequestError", "param": null, "code": 400}}'
-    assert UpstreamClientError(400, raw).body() == raw
-    wrapped = orjson.loads(UpstreamClientError(404, b"Not Found").body())
-    assert wrapped["error"]["message"] == "Not Found"
-    assert UpstreamClientError(422, b"x").status == 422
+@pytest.mark.parametrize(
+    ("status", "raw", "expected"),
+    [
+        # vLLM's shape: its exception's class as the type, the status as an integer code
+        (400, b'{"error": {"message": "max_tokens too large", "type": "BadRequestError", "param": null, "code": 400}}',
+         {"message": "max_tokens too large", "type": "invalid_request_error", "param": None, "code": None}),
+        # OpenAI's own shape (a managed endpoint) keeps its fields
+        (400, b'{"error": {"message": "bad", "type": "invalid_request_error", "param": "tools", "code": "invalid_value"}}',
+         {"message": "bad", "type": "invalid_request_error", "param": "tools", "code": "invalid_value"}),
+        (429, b'{"error": {"message": "slow down", "type": "TooManyRequests", "code": 429}}',
+         {"message": "slow down", "type": "rate_limit_error", "param": None, "code": None}),
+        # older vLLM: flat, no error object; extra fields are not relayed
+        (400, b'{"object": "error", "message": "flat", "type": "BadRequestError", "param": "n", "code": 400, "x": 1}',
+         {"message": "flat", "type": "invalid_request_error", "param": "n", "code": None}),
+        (400, b'{"error": {"message": "This model\'s maximum context length is 2048 tokens. However, you requested 3000",'
+              b' "type": "BadRequestError", "param": null, "code": 400}}',
+         {"message": "This model's maximum context length is 2048 tokens. However, you requested 3000",
+          "type": "invalid_request_error", "param": None, "code": "context_length_exceeded"}),
+        (400, b'{"error": {"message": "The decoder prompt (length 5000) is longer than the maximum model length of 2048."}}',
+         {"message": "The decoder prompt (length 5000) is longer than the maximum model length of 2048.",
+          "type": "invalid_request_error", "param": None, "code": "context_length_exceeded"}),
+        (400, b'{"error": {"message": "m", "type": ["x"], "param": 3, "code": "%s"}}' % (b"c" * 65),
+         {"message": "m", "type": "invalid_request_error", "param": None, "code": None}),
+        (404, b"Not Found", {"message": "Not Found", "type": "invalid_request_error", "param": None, "code": None}),
+        (422, b"", {"message": "upstream returned HTTP 422", "type": "invalid_request_error", "param": None, "code": None}),
+    ],
+)
+def test_upstream_client_error_answers_in_openai_shape(status: int, raw: bytes, expected: dict) -> None:
+    error = UpstreamClientError(status, raw)
+    assert error.status == status
+    assert orjson.loads(error.body()) == {"error": expected}
+    assert (error.raw is not None) == raw.startswith(b'{"error"')  # another API's door reads the body as it came
 
 
 @pytest.mark.parametrize(
