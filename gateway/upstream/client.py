@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -65,14 +66,21 @@ class Upstream(Protocol):
     async def aclose(self) -> None: ...
 
 
+def os_error_detail(error: OSError) -> str:
+    """A connect failure's reason for a client's message, never the address: the resolver's own
+    words for a name that did not resolve (``socket.gaierror``: its errno is an ``EAI_*`` code,
+    which ``os.strerror`` reads as "Unknown error -2"), else the errno's, else the class name."""
+    if isinstance(error, socket.gaierror):
+        return f"name resolution failed: {error.strerror or 'unknown error'}"
+    return os.strerror(error.errno) if error.errno else type(error).__name__
+
+
 def _translate(error: BaseException, url: str) -> Exception:
     """The gateway error for an aiohttp failure. Messages never name the URL (clients see them)."""
     if isinstance(error, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
         return UpstreamTimeoutError("timed out")
     if isinstance(error, aiohttp.ClientConnectorError):
-        errno = error.os_error.errno
-        detail = os.strerror(errno) if errno else type(error.os_error).__name__  # never the address
-        return UpstreamError(f"connection failed ({detail})")
+        return UpstreamError(f"connection failed ({os_error_detail(error.os_error)})")
     if isinstance(error, aiohttp.ClientPayloadError):
         return UpstreamError("connection closed before the response body was complete")
     if isinstance(error, aiohttp.ServerDisconnectedError):

@@ -42,7 +42,6 @@ Semantics (those of :class:`~gateway.upstream.client.Upstream`):
 from __future__ import annotations
 
 import asyncio
-import os
 import ssl
 import time
 from collections import deque
@@ -52,7 +51,7 @@ from gateway.deadlines import deadline
 from gateway.endpoints.allowlist import ConnectGuard
 from gateway.errors import UpstreamError, UpstreamTimeoutError
 from gateway.config import UpstreamSettings
-from gateway.upstream.client import UpstreamResponse
+from gateway.upstream.client import UpstreamResponse, os_error_detail
 from gateway.upstream.connection import BROKEN, HIGH_WATER, Connection, Response, Target
 from gateway.upstream.decoding import decoded
 
@@ -183,8 +182,7 @@ class NativeUpstream:
             if isinstance(error, ssl.SSLError):
                 raise UpstreamError(f"TLS handshake failed ({error.reason or type(error).__name__})") from None
             if isinstance(error, OSError):
-                detail = os.strerror(error.errno) if error.errno else type(error).__name__  # never the address
-                raise UpstreamError(f"connection failed ({detail})") from None
+                raise UpstreamError(f"connection failed ({os_error_detail(error)})") from None  # never the address
             raise
         return conn
 

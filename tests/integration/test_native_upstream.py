@@ -785,6 +785,25 @@ async def test_connection_refused_is_an_upstream_error_without_the_address(
     assert await _get(pool, endpoint.url()) == b"ok"  # the failed connect gave its slot back
 
 
+async def test_a_host_name_that_does_not_resolve_says_so_without_the_name(
+    make_pool: MakePool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resolver's ``gaierror`` carries an ``EAI_*`` code (-2), which ``os.strerror`` reads as
+    "Unknown error -2": the message gives the resolver's words instead, and never the host."""
+    loop = asyncio.get_running_loop()
+
+    async def unresolvable(host: str, *args: object, **kwargs: object) -> list:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(loop, "getaddrinfo", unresolvable)
+    pool = make_pool(pool_size=1)
+    with pytest.raises(UpstreamError) as caught:
+        await asyncio.wait_for(pool.post(f"http://no-such-endpoint.example{PATH}", b"{}", {}, WAIT_S), WAIT_S)
+    message = str(caught.value)
+    assert message == "connection failed (name resolution failed: Name or service not known)"
+    assert "no-such-endpoint" not in message and "Unknown error" not in message
+
+
 async def test_endpoint_closing_before_the_status_line_is_server_disconnected(
     start_endpoint: StartEndpoint, make_pool: MakePool
 ) -> None:
