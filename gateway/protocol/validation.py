@@ -164,9 +164,11 @@ def check_fields(body: dict[str, Any], fields: dict[str, tuple[tuple[type, ...],
         if rule is None or value is None:
             continue
         if rule[0] is _INT:
-            number = check_integer(name, value)
-            if number is not value:
-                body[name] = number  # same key: safe while iterating
+            if type(value) is int:  # the common case, inline
+                low, high = INTEGER_RANGE[name]
+                if low <= value <= high:
+                    continue
+            body[name] = check_integer(name, value)  # raises, or an integral float as an int (same key: safe)
             continue
         if not _is(value, rule[0]):
             raise invalid_type(name, rule[1], value)
