@@ -2,11 +2,12 @@
 
 The body is parsed once (orjson). Only the fields routing and observation need are validated:
 ``model``, ``messages`` (chat) or ``prompt`` (completions), and every other field kvgate reads
-(``stream``, ``user``, ``prompt_cache_key``, the reasoning switches, ``max_tokens``, ``tools``,
-...: the table in ``protocol/validation.py``, which also bounds the nesting depth). Any other
-field (temperature, logprobs, seed, vLLM extras, ...) is neither checked nor changed: the original
-bytes are forwarded, re-serialized only when the endpoint's served model name differs from the
-name the client sent. Reference: https://platform.openai.com/docs/api-reference/chat/create
+(``stream``, ``stream_options``, ``user``, ``prompt_cache_key``, the reasoning switches, ``tools``,
+...) and the integer fields (``max_tokens``, ``n``, ``seed``, ``logprobs``, ...): the tables in
+``protocol/validation.py``, which also bounds the nesting depth. Any other field (temperature,
+stop, vLLM extras, ...) is neither checked nor changed: the original bytes are forwarded,
+re-serialized only when the endpoint's served model name differs from the name the client sent
+(an integral ``5.0`` in an integer field then goes out as ``5``). Reference: https://platform.openai.com/docs/api-reference/chat/create
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import InvalidRequestError
-from gateway.protocol.validation import check_depth, check_fields, check_messages
+from gateway.protocol.validation import CHAT_FIELDS, COMPLETION_FIELDS, check_depth, check_fields, check_messages
 
 
 class Operation(enum.Enum):
@@ -133,10 +134,11 @@ def parse_request(operation: Operation, raw: bytes) -> InferenceRequest:
         if "messages" not in body:
             raise _invalid("Missing required parameter: 'messages'.", "messages")
         check_messages(body["messages"])
+        check_fields(body, CHAT_FIELDS)
     else:
         if "prompt" not in body:
             raise _invalid("Missing required parameter: 'prompt'.", "prompt")
         _check_prompt(body["prompt"])
-    check_fields(body)
+        check_fields(body, COMPLETION_FIELDS)
     check_depth(raw, body)
     return InferenceRequest(operation, model, bool(body.get("stream")), body, raw)

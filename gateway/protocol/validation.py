@@ -6,7 +6,19 @@ kvgate reads a few fields of an OpenAI request to route, hash, rewrite and obser
 a 400 ``invalid_request_error`` whose ``param`` names the field (``thinking.type``,
 ``messages[2].content``), never a 500 deeper in the gateway or an engine's 5xx that counts
 against an endpoint. ``null`` is accepted wherever the field is optional (it reads as absent).
-Fields kvgate does not read are not checked: the endpoint judges them.
+Fields kvgate does not read are not checked: the endpoint judges them; the integer fields of
+:data:`INTEGER_RANGE` (``seed``, ``top_logprobs``, ``logprobs`` too) are the exception.
+
+Integers, as OpenAI has them: a boolean is not an integer; an integral number (``5.0``) is one
+(JSON Schema's and pydantic's rule, vLLM's too) and reads as the int ``5`` in the parsed body
+(the original bytes still go out); ``5.5`` is refused. Each integer field has a range
+(:data:`INTEGER_RANGE`): below it is ``integer_below_min_value``, above it
+``integer_above_max_value``, as OpenAI answers. orjson parses an integer beyond 64 bits (``10**30``)
+as a float, so such a value is refused as out of range, not as "not an integer". The ranges are
+what an engine can represent (a 32-bit count, a 64-bit seed), not OpenAI's per-model limits
+(``n`` <= 128, ``top_logprobs`` <= 20): the endpoint judges those against its own configuration.
+``stream_options`` (an object whose ``include_usage`` is a boolean) is only allowed with
+``"stream": true`` (OpenAI's and vLLM's rule).
 
 Message shapes (chat), as the OpenAI API defines them: ``messages`` is a non-empty array of
 objects with a string ``role``; ``content`` is a string, null, or an array of content parts
@@ -35,6 +47,7 @@ _BOOL = (bool,)
 _STR = (str,)
 _OBJECT = (dict,)
 _ARRAY = (list,)
+_INT = (int,)
 
 # top-level field -> (accepted types, what to call them); ``int`` means an integer, not a bool
 TOP_LEVEL: dict[str, tuple[tuple[type, ...], str]] = {
@@ -47,9 +60,11 @@ TOP_LEVEL: dict[str, tuple[tuple[type, ...], str]] = {
     "reasoning": (_OBJECT, "an object"),
     "chat_template_kwargs": (_OBJECT, "an object"),
     "thinking": (_OBJECT, "an object"),
-    "max_tokens": ((int,), "an integer"),
-    "max_completion_tokens": ((int,), "an integer"),
-    "n": ((int,), "an integer"),
+    "max_tokens": (_INT, "an integer"),
+    "max_completion_tokens": (_INT, "an integer"),
+    "n": (_INT, "an integer"),
+    "seed": (_INT, "an integer"),
+    "top_logprobs": (_INT, "an integer"),
     "response_format": (_OBJECT, "an object"),
     "tools": (_ARRAY, "an array of objects"),
     "functions": (_ARRAY, "an array of objects"),
@@ -60,8 +75,21 @@ TOP_LEVEL: dict[str, tuple[tuple[type, ...], str]] = {
 }
 """Top-level fields kvgate reads besides ``model``, ``messages`` and ``prompt``."""
 
-AT_LEAST_ONE = frozenset(("max_tokens", "max_completion_tokens", "n"))
-"""Integer fields whose smallest valid value is 1 (OpenAI's bound; below it the engine's own 400 would come back)."""
+CHAT_FIELDS = {**TOP_LEVEL, "logprobs": (_BOOL, "a boolean")}
+"""The top-level fields checked on a chat request (its ``logprobs`` is a switch)."""
+COMPLETION_FIELDS = {**TOP_LEVEL, "logprobs": (_INT, "an integer")}
+"""The top-level fields checked on a text completion request (its ``logprobs`` is a count)."""
+
+_INT32_MAX = 2**31 - 1
+INTEGER_RANGE: dict[str, tuple[int, int]] = {
+    "max_tokens": (1, _INT32_MAX),
+    "max_completion_tokens": (1, _INT32_MAX),
+    "n": (1, _INT32_MAX),
+    "seed": (-(2**63), 2**63 - 1),
+    "top_logprobs": (0, _INT32_MAX),
+    "logprobs": (0, _INT32_MAX),
+}
+"""Integer field -> (smallest, largest) accepted value (the module docstring says why these)."""
 
 NESTED: dict[str, dict[str, tuple[tuple[type, ...], str]]] = {
     "reasoning": {"effort": (_STR, "a string"), "enabled": (_BOOL, "a boolean")},
@@ -84,7 +112,8 @@ def invalid_type(param: str, what: str, value: Any) -> InvalidRequestError:
 
 
 def _kind(value: Any) -> str:
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer", float: "a number"}
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
+             float: "a decimal number"}
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
@@ -107,24 +136,57 @@ def _objects(items: list[Any], param: str) -> None:
             raise invalid_type(f"{param}[{index}]", "an object", item)
 
 
-def check_fields(body: dict[str, Any]) -> None:
-    """Type-check the optional top-level fields kvgate reads and the fields it reads inside them."""
+def check_integer(name: str, value: Any) -> int:
+    """``value`` of the integer field ``name`` as an int; the 400 unless it is an integer (or an
+    integral number) within :data:`INTEGER_RANGE` (module docstring)."""
+    number = value
+    if type(value) is not int:
+        if type(value) is not float or not value.is_integer():
+            raise invalid_type(name, "an integer", value)
+        number = int(value)
+    low, high = INTEGER_RANGE[name]
+    if number < low:
+        raise InvalidRequestError(
+            f"Invalid '{name}': integer below minimum value. Expected a value >= {low}, but got {value} instead.",
+            param=name, code="integer_below_min_value")
+    if number > high:
+        raise InvalidRequestError(
+            f"Invalid '{name}': integer above maximum value. Expected a value <= {high}, but got {value} instead.",
+            param=name, code="integer_above_max_value")
+    return number
+
+
+def check_fields(body: dict[str, Any], fields: dict[str, tuple[tuple[type, ...], str]] = CHAT_FIELDS) -> None:
+    """Type-check the optional top-level ``fields`` kvgate reads and the fields it reads inside them
+    (an integral number in an integer field is stored back as an int)."""
     for name, value in body.items():  # a body has few fields: walk them, not the table
-        rule = TOP_LEVEL.get(name)
+        rule = fields.get(name)
         if rule is None or value is None:
+            continue
+        if rule[0] is _INT:
+            if type(value) is int:  # the common case, inline
+                low, high = INTEGER_RANGE[name]
+                if low <= value <= high:
+                    continue
+            body[name] = check_integer(name, value)  # raises, or an integral float as an int (same key: safe)
             continue
         if not _is(value, rule[0]):
             raise invalid_type(name, rule[1], value)
-        if name in AT_LEAST_ONE and value < 1:
-            raise InvalidRequestError(
-                f"Invalid '{name}': integer below minimum value. Expected a value >= 1, but got {value} instead.",
-                param=name, code="integer_below_min_value")
-        fields = NESTED.get(name)
-        if fields is not None:
-            for field, inner in fields.items():
+        if name == "stream_options":
+            _check_stream_options(value, body)
+        fields_in = NESTED.get(name)
+        if fields_in is not None:
+            for field, inner in fields_in.items():
                 check_field(value, field, inner, f"{name}.{field}")
         elif name in ("tools", "functions"):
             _objects(value, name)
+
+
+def _check_stream_options(options: dict[str, Any], body: dict[str, Any]) -> None:
+    if body.get("stream") is not True:
+        raise InvalidRequestError(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.", param="stream_options")
+    check_field(options, "include_usage", (_BOOL, "a boolean"), "stream_options.include_usage")
 
 
 def _check_content(content: Any, param: str) -> None:

@@ -146,11 +146,12 @@ def context_error(signals: RequestSignals, views: Sequence[ClusterView], margin:
     output = signals.max_output_tokens or 0
     size = largest.profile.max_context_tokens or 0 if largest is not None else 0
     prompt = signals.prompt_tokens_at(largest.profile.chars_per_token if largest is not None else None)
+    field = signals.prompt_param
     return InvalidRequestError(
         f"This model's maximum context length is {size} tokens. However, you requested about "
-        f"{needed_tokens(signals, margin, largest)} tokens (about {prompt} in the messages with a "
-        f"{margin:.0%} margin, {output} in the completion). Please reduce the length of the messages or completion.",
-        param="messages",
+        f"{needed_tokens(signals, margin, largest)} tokens (about {prompt} in the {field} with a "
+        f"{margin:.0%} margin, {output} in the completion). Please reduce the length of the {field} or completion.",
+        param=field,
         code="context_length_exceeded",
     )
 

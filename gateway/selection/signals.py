@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.protocol.openai import InferenceRequest
+from gateway.protocol.openai import InferenceRequest, Operation
 from gateway.selection.classifier import ClassifierModel, sigmoid
 from gateway.selection.features import cue_groups, request_features
 from gateway.selection.prompt import PromptView, view
@@ -51,6 +51,8 @@ class RequestSignals:
         score: probability that the prompt needs reasoning (classifier plus biases).
         prompt: the prompt's view, to estimate its tokens at a cluster's own characters per token.
         features: the request features the classifier read (empty without a classifier).
+        prompt_param: the request field holding the prompt (``messages``, or a text
+            completion's ``prompt``): the ``param`` of a context-length 400.
     """
 
     explicit: str | None
@@ -63,6 +65,7 @@ class RequestSignals:
     score: float
     prompt: PromptView | None = None
     features: frozenset[str] | set[str] = frozenset()
+    prompt_param: str = "messages"
 
     def prompt_tokens_at(self, chars_per_token: float | None) -> int:
         """The prompt estimate at ``chars_per_token`` (None: ``prompt_tokens``)."""
@@ -142,4 +145,5 @@ def read_signals(
         score=score,
         prompt=prompt,
         features=features,
+        prompt_param="prompt" if request.operation is Operation.COMPLETION else "messages",
     )

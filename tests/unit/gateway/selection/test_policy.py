@@ -198,6 +198,15 @@ def test_no_cluster_holds_the_prompt_is_a_400_context_length_exceeded() -> None:
     assert "about 2290 tokens" in error.message
 
 
+def test_a_text_completion_too_long_blames_its_prompt() -> None:
+    views = [cluster("f1", "fast", ctx=1000)]
+    with pytest.raises(InvalidRequestError) as caught:
+        select_auto(sig(prompt_tokens=1900, prompt_param="prompt"), Limits(), views, PARAMS)
+    error = caught.value
+    assert (error.status, error.type, error.code, error.param) == (400, "invalid_request_error", "context_length_exceeded", "prompt")
+    assert "in the prompt" in error.message and "messages" not in error.message
+
+
 # -- tier aliases and pinned models -----------------------------------------------------------------
 
 TIER_CASES = [

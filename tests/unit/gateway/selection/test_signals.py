@@ -151,3 +151,9 @@ def test_a_huge_text_counts_its_digits_from_its_head_and_tail() -> None:
 
     assert digit_count("ab12" * (DIGIT_SCAN_CHARS // 4)) == DIGIT_SCAN_CHARS // 2
     assert digit_count("ab12" * DIGIT_SCAN_CHARS) == 2 * DIGIT_SCAN_CHARS
+
+
+def test_the_prompt_field_is_named_for_the_context_length_400() -> None:
+    chat = parse_request(Operation.CHAT, orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}))
+    text = parse_request(Operation.COMPLETION, orjson.dumps({"model": "m", "prompt": "x"}))
+    assert (read_signals(chat, None).prompt_param, read_signals(text, None).prompt_param) == ("messages", "prompt")
