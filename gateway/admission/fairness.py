@@ -29,21 +29,32 @@ from collections.abc import Mapping
 
 
 def fair_shares(demand: Mapping[str, float], weight: Mapping[str, float], capacity: float) -> dict[str, float]:
-    """Weighted max-min shares of ``capacity`` for the keys of ``demand`` (keys without demand get 0)."""
+    """Weighted max-min shares of ``capacity`` for the keys of ``demand`` (keys without demand get 0).
+
+    One pass over the keys in order of demand per weight (O(k log k) for k keys; the rounds of
+    textbook water-filling cap at least one key each, O(k^2) when their demands are spread): a key
+    whose demand fits the unit of the keys still uncapped is capped at its demand (the unit can
+    only grow: it gave back more than its part), and the first key that does not fit takes, with
+    every key after it, its weight's part of what is left.
+    """
     shares = {key: 0.0 for key in demand}
-    active = {key for key, asked in demand.items() if asked > 0.0}
+    active = sorted(
+        (float(asked) / weight.get(key, 1.0), key, float(asked), weight.get(key, 1.0))
+        for key, asked in demand.items() if asked > 0.0
+    )
     left = max(0.0, capacity)
-    while active and left > 1e-12:
-        unit = left / sum(weight.get(key, 1.0) for key in active)
-        capped = [key for key in active if demand[key] <= unit * weight.get(key, 1.0) + 1e-12]
-        if not capped:
-            for key in active:
-                shares[key] = unit * weight.get(key, 1.0)
+    total_weight = sum(item[3] for item in active)
+    for index, (_, key, asked, part) in enumerate(active):
+        if left <= 1e-12:
             break
-        for key in capped:
-            shares[key] = float(demand[key])
-            left -= demand[key]
-            active.discard(key)
+        unit = left / total_weight
+        if asked > unit * part + 1e-12:
+            for _, rest, _, rest_part in active[index:]:
+                shares[rest] = unit * rest_part
+            break
+        shares[key] = asked
+        left -= asked
+        total_weight -= part
     return shares
 
 

@@ -74,6 +74,45 @@ def test_shares_are_weighted_max_min(demand: dict, weight: dict, capacity: float
             assert all(per_weight[other] <= per_weight[key] + 1e-6 for other in demand)
 
 
+def _rounds(demand: dict, weight: dict, capacity: float) -> dict[str, float]:
+    """Textbook water-filling in rounds (every key that fits the unit is capped, then the unit again)."""
+    shares = {key: 0.0 for key in demand}
+    active = {key for key, asked in demand.items() if asked > 0.0}
+    left = max(0.0, capacity)
+    while active and left > 1e-12:
+        unit = left / sum(weight.get(key, 1.0) for key in active)
+        capped = [key for key in active if demand[key] <= unit * weight.get(key, 1.0) + 1e-12]
+        if not capped:
+            for key in active:
+                shares[key] = unit * weight.get(key, 1.0)
+            break
+        for key in capped:
+            shares[key] = float(demand[key])
+            left -= demand[key]
+            active.discard(key)
+    return shares
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(st.text("abcdefgh", min_size=1, max_size=2), st.floats(0.0, 50.0), min_size=1, max_size=30),
+    st.dictionaries(st.text("abcdefgh", min_size=1, max_size=2), st.floats(0.1, 10.0)),
+    st.floats(0.0, 300.0),
+)
+def test_one_sorted_pass_gives_the_rounds_shares(demand: dict, weight: dict, capacity: float) -> None:
+    assert fair_shares(demand, weight, capacity) == pytest.approx(_rounds(demand, weight, capacity), abs=1e-6)
+
+
+def test_many_keys_with_spread_demands_share_in_one_pass() -> None:
+    demand = {f"k{i}": float(i) for i in range(1, 2001)}  # the rounds would cap one key per round
+    shares = fair_shares(demand, {}, 1_000_000.0 / 2)
+    assert sum(shares.values()) == pytest.approx(500_000.0)
+    capped = [k for k in demand if shares[k] == demand[k]]
+    assert shares["k2000"] < 2000.0 and len(capped) > 0
+    unit = shares["k2000"]
+    assert all(shares[k] == pytest.approx(min(demand[k], unit)) for k in demand)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 30), st.integers(0, 30), st.integers(1, 32))
 def test_a_key_under_its_equal_share_is_never_over(loud: int, quiet: int, capacity: int) -> None:
