@@ -244,6 +244,9 @@ class ApiDirector:
         proxy = self._proxy
         if raw:
             check_content_type(headers.get("content-type"))
+        turns = proxy.turns
+        if turns is not None and turns.heavy(len(raw)):
+            await turns.turn()  # one heavy step per loop turn (gateway/turns.py)
         offload = proxy._parse_offload
         if offload is not None and call.ident is None and len(raw) > offload.inline_limit:
             request = await offload.parse_api(call.api.name, raw)  # as chat: a large body off the loop

@@ -57,6 +57,7 @@ from gateway.config import PRIORITIES, Settings
 from gateway.keys.pricing import TokenUsage, cost_usd
 from gateway.upstream.client import AiohttpUpstream, Upstream
 from gateway.upstream.native import NativeUpstream
+from gateway.turns import TurnGate
 
 if TYPE_CHECKING:
     from backends.workers.supervisor import WorkerSupervisor
@@ -316,7 +317,7 @@ def create_app(
     )
     routing = RoutingRuntime(
         settings.routing, settings.state, container.registry, metrics_registry=container.metrics.registry, clock=clock,
-        guard=guard,
+        guard=guard, turns=TurnGate(settings.server.heavy_step_bytes) if settings.server.heavy_step_bytes > 0 else None,
     )
     container.selector = RouteSelector(
         settings=lambda: container.settings,

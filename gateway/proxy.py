@@ -68,6 +68,7 @@ from gateway.scheduling.scheduler import Decision, Scheduler
 from gateway.selection.catalog import ModelCatalog
 from gateway.selection.route import Route
 from gateway.selection.selector import Routed, RouteSelector
+from gateway.turns import TurnGate
 
 __all__ = ["BufferedReply", "Proxy", "Reply", "StreamRelay", "Watch"]
 
@@ -106,7 +107,8 @@ class Proxy:
         """``opener``: opens attempts on endpoints (the upstream, its clock, the Retry-After caps,
         ``upstream.max_attempts``); ``admission``: the admission gate (None: ``[admission]`` off, every
         request admitted); ``parse_offload``: where bodies over its ``inline_limit`` bytes are parsed,
-        off the event loop (None: always inline)."""
+        off the event loop (None: always inline). A long body's parse waits its turn at the
+        scheduler's ``turns`` gate (``gateway/turns.py``; none: never waits)."""
         self._selector = selector
         self._gate = gate
         self._closeout = closeout
@@ -120,6 +122,7 @@ class Proxy:
         self._sleep = opener.sleep
         self._parse_offload = parse_offload
         self._opener = opener
+        self.turns: TurnGate | None = getattr(scheduler, "turns", None)
 
     async def handle(
         self, operation: Operation | ApiCall, headers: Mapping[str, str], raw: bytes, state: Any, watch: Watch,
@@ -140,6 +143,9 @@ class Proxy:
         if type(operation) is ApiCall:
             return await self.apis.handle(operation, headers, raw, state, watch, key)
         check_content_type(headers.get("content-type"))
+        turns = self.turns
+        if turns is not None and turns.heavy(len(raw)):
+            await turns.turn()  # one heavy step per loop turn (gateway/turns.py)
         offload = self._parse_offload
         if offload is None or len(raw) <= offload.inline_limit:
             parsed = parse_request(operation, raw)

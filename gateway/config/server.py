@@ -48,6 +48,12 @@ class ServerSettings(Section):
         "(orjson holds the GIL, so a thread would not free it); 0: always parse inline (gateway/protocol/offload.py).",
     )
     parse_workers: int = Field(1, ge=1, le=16, description="Worker processes for off-loop parsing (per gateway process).")
+    heavy_step_bytes: int = Field(
+        64 * 1024, ge=0,
+        description="Request bodies of at least this many bytes take their CPU-heavy steps (parse, prefix key and "
+        "match, index insert) one per event-loop turn, first come first served, so long prompts cannot stall the "
+        "loop for the requests beside them; 0: off (gateway/turns.py). Read at start-up.",
+    )
 
     def is_loopback(self) -> bool:
         """True if ``host`` binds only a loopback interface (127.0.0.0/8, ::1 or localhost)."""

@@ -41,6 +41,10 @@ so without a task or a timer (``scheduling/producers.py``); weighted totals are 
 column; the breakdown and the name-keyed views of the decision are built only when read (the
 explain route, tracing), the failover order of filtered-out candidates only when a filter
 dropped one, and the picker draws from the generator only on ties.
+
+Long prompts (a body of at least ``[server] heavy_step_bytes``) wait their turn at the app's
+:class:`~gateway.turns.TurnGate` before the prefix key and match, and their commit's index insert
+runs through it: one such step per event-loop turn (``gateway/turns.py``).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from gateway.scheduling.registry import UnknownPluginError  # noqa: F401  (re-ex
 from gateway.scheduling.scheduler import Decision
 from gateway.scheduling.types import Candidate, Context, DataProducer, Filter, Hints, Picker, Scorer
 from gateway.state.base import StoreView
+from gateway.turns import TurnGate
 
 
 def _clamped(scores: Sequence[float]) -> list[float]:
@@ -139,6 +144,7 @@ class ProfileDecision(Decision):
         self._feedback = owner.feedback
         self._clock = clock = owner.clock
         self._hot_spot = owner.hot_spot
+        self._turns = owner.turns
         self._started = now = clock()
         # the first-ranked endpoint is the one tried: its prefill in flight grows until commit
         uncached = key.length - first.matched * key.block_bytes
@@ -185,7 +191,12 @@ class ProfileDecision(Decision):
         approximate = self._approximate(candidate)
         precise = candidate.precise if candidate is not None else None
         self.predicted_cached = approximate if precise is None else precise  # what predicted(name) gives
-        self._store.record(name, self.key)
+        turns = self._turns
+        key = self.key
+        if turns is not None and turns.heavy(len(key.blocks) * key.block_bytes):
+            turns.defer(self._store.record, name, key)  # a long prompt's insert: one heavy step per loop turn
+        else:
+            self._store.record(name, key)
         self._feedback.committed(name, approximate)
 
     def observe(self, endpoint: Endpoint, usage: Mapping[str, Any] | None) -> None:
@@ -281,11 +292,15 @@ class ProfileScheduler:
         self._metrics = metrics
         self.store = deps.store
         self.clock = clock
+        self.turns: TurnGate | None = None  # long prompts' heavy steps, one per loop turn (the app sets it; None: never wait)
 
     async def schedule(self, endpoints: Sequence[Endpoint], request: InferenceRequest) -> Decision:
         routable, ejected = _split(endpoints)
         if not routable:
             return Decision(ejected)
+        turns = self.turns
+        if turns is not None and self.closed_loop and turns.heavy(len(request.raw)):
+            await turns.turn()  # the prefix key and match of a long prompt: one heavy step per loop turn
         ctx = self._context(routable, request)
         producers = self._producers
         hints = await gather_hints(producers, ctx, routable, self._deadline, self._metrics) if producers else Hints()

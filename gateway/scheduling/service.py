@@ -42,6 +42,7 @@ from gateway.state.base import StateStore
 from gateway.state.memory import MemoryStore
 from gateway.state.redis import RedisStore
 from gateway.state.redis_mirror import MirrorStore
+from gateway.turns import TurnGate
 
 log = logging.getLogger("kvgate.kv_events")
 
@@ -65,7 +66,7 @@ class SchedulingService:
         self, routing: RoutingSettings, state: StateSettings, registry: EndpointRegistry, *,
         metrics_registry: CollectorRegistry, clock: Callable[[], float] = time.perf_counter,
         rng: random.Random | None = None, fetch: Fetch | None = None, store: StateStore | None = None,
-        guard: ConnectGuard | None = None,
+        guard: ConnectGuard | None = None, turns: TurnGate | None = None,
     ) -> None:
         self.settings = routing
         self.metrics = RoutingMetrics(metrics_registry)
@@ -99,6 +100,7 @@ class SchedulingService:
             routing.policy, routing.all_profiles()[routing.policy], routing, deps, hasher=self.hasher,
             board=self.board, feedback=self.feedback, metrics=self.metrics, clock=clock,
         )
+        self.scheduler.turns = turns
 
     @property
     def uses_profile(self) -> bool:
