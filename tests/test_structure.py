@@ -4,8 +4,8 @@ The gateway is built in layers, bottom to top; a module may import from its own 
 lower one, never from a higher one:
 
 - **L0, the ground**: ``gateway`` (the version), ``gateway.errors`` (one error tree),
-  ``gateway.config`` (the settings tree; it imports nothing of kvgate but ``gateway.errors``)
-  and ``gateway.deadlines``.
+  ``gateway.config`` (the settings tree; it imports nothing of kvgate but ``gateway.errors``),
+  ``gateway.deadlines`` and ``gateway.turns``.
 - **L1, vocabulary and stores**: ``gateway.protocol`` (what kvgate reads of each API),
   ``gateway.prefix`` (prompt hashing and the prefix index), ``gateway.observability.metrics``
   (every instrument), ``gateway.state`` (the shared state store) and ``gateway.keys`` (API
@@ -48,6 +48,7 @@ LAYERS: dict[str, int] = {
     "gateway.errors": 0,
     "gateway.config": 0,
     "gateway.deadlines": 0,
+    "gateway.turns": 0,  # the event loop's heavy steps, one per turn (imports nothing of kvgate)
     "gateway.protocol": 1,
     "gateway.prefix": 1,
     "gateway.observability.metrics": 1,
