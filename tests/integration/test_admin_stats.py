@@ -62,23 +62,23 @@ def _record(gateway: RunningGateway, request_id: str) -> dict[str, Any]:
 
 
 def test_rows_report_tokens_cost_and_cancelled_requests(stats_gateway: RunningGateway) -> None:
-    client = openai.OpenAI(base_url=stats_gateway.base_url, api_key=CLIENT_KEY, max_retries=0, timeout=30)
     messages = [{"role": "user", "content": "count me"}]
-    client.chat.completions.create(model="qwen-fast", messages=messages)  # type: ignore[arg-type]
-    for _ in client.chat.completions.create(model="qwen-fast", messages=messages, stream=True):  # type: ignore[arg-type]
-        pass
-    client.chat.completions.create(model="qwen-big", messages=messages)  # type: ignore[arg-type]
+    with openai.OpenAI(base_url=stats_gateway.base_url, api_key=CLIENT_KEY, max_retries=0, timeout=30) as client:
+        client.chat.completions.create(model="qwen-fast", messages=messages)  # type: ignore[arg-type]
+        for _ in client.chat.completions.create(model="qwen-fast", messages=messages, stream=True):  # type: ignore[arg-type]
+            pass
+        client.chat.completions.create(model="qwen-big", messages=messages)  # type: ignore[arg-type]
 
-    # a stream whose client leaves after the first token (the fake then waits forever)
-    stream = client.chat.completions.create(
-        model="qwen-fast", messages=messages, stream=True, extra_body={"fake": "hang_stream"},  # type: ignore[arg-type]
-        extra_headers={"x-request-id": "left-1"},
-    )
-    for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta.content:
-            assert chunk.choices[0].delta.content == "Hello"
-            break
-    stream.close()
+        # a stream whose client leaves after the first token (the fake then waits forever)
+        stream = client.chat.completions.create(
+            model="qwen-fast", messages=messages, stream=True, extra_body={"fake": "hang_stream"},  # type: ignore[arg-type]
+            extra_headers={"x-request-id": "left-1"},
+        )
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                assert chunk.choices[0].delta.content == "Hello"
+                break
+        stream.close()
     assert wait_until(lambda: _stats(stats_gateway)["endpoints"]["stats-a"]["cancelled"] == 1)
 
     left = _record(stats_gateway, "left-1")
