@@ -7,7 +7,8 @@ once; the exchange then calls :meth:`CloseOut.close`, which, in this order:
 1. reads the answer's token usage (:class:`~gateway.keys.pricing.TokenUsage`, on ``exchange.tokens``)
    and prices it ONCE at the serving cluster's prices (USD);
 2. writes the operations metrics: ``kvgate_request_errors_total`` by error class,
-   ``kvgate_route_decisions_total``, ``kvgate_retries_total``, ``kvgate_cost_usd_total``,
+   ``kvgate_route_decisions_total``, ``kvgate_retries_total``, ``kvgate_cost_usd_total`` (and by
+   endpoint, ``kvgate_endpoint_cost_usd_total``),
    ``kvgate_endpoint_request_duration_seconds`` and ``kvgate_time_per_output_token_seconds``
    (streams with usage and at least two output tokens);
 3. queues the key's settlement (TPM correction, spend, usage record) on the :class:`KeyGate`;
@@ -18,7 +19,8 @@ once; the exchange then calls :meth:`CloseOut.close`, which, in this order:
 6. observes the load (route selection's load model and the key's cost,
    :meth:`~gateway.selection.selector.RouteSelector.finished`, given the cost of step 1);
 7. writes the core request metrics: ``kvgate_requests_total``, ``kvgate_api_requests_total{api,
-   model, outcome}``, the request duration, TTFT and token counters.
+   model, outcome}``, the request duration, TTFT and token counters (``kvgate_tokens_total``, and
+   ``kvgate_endpoint_tokens_total`` by the endpoint that answered).
 
 The access-log line of an inference request is the edge's to time (it knows the status written
 and when the last byte left): it calls :func:`access_line` with the exchange, on every door.
@@ -100,7 +102,7 @@ class CloseOut:
             if exchange.attempts > 1:
                 tally.count(m.retries, (model, cluster), exchange.attempts - 1)
         if cost > 0:
-            tally.count(m.cost, (model, cluster), cost)
+            tally.count(m.cost_by, (model, cluster, exchange.endpoint), cost)  # by model and cluster, and by endpoint
         if outcome == SUCCESS:
             self._latencies(exchange, tokens)
         if exchange.admission is not None:
@@ -136,21 +138,23 @@ class CloseOut:
             tally.observe(m.ttft, (model, cluster), first - exchange.started)
         usage = exchange.usage
         if isinstance(usage, dict):
-            self._count_tokens(model, cluster, usage)
+            self._count_tokens(model, cluster, exchange.endpoint, usage)
 
-    def _count_tokens(self, model: str, cluster: str, usage: dict[str, Any]) -> None:
+    def _count_tokens(self, model: str, cluster: str, endpoint: str, usage: dict[str, Any]) -> None:
+        """``kvgate_tokens_total`` and, when an endpoint answered, ``kvgate_endpoint_tokens_total``: one
+        folded count per kind for both (``GatewayMetrics.tokens_by``, split at the tally's flush)."""
         m = self._metrics
         prompt = usage.get("prompt_tokens")
         completion = usage.get("completion_tokens")
         details = usage.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        count, tokens = m.tally.count, m.tokens  # unrolled: prompt, completion, cached (in that order)
+        count, tokens = m.tally.count, m.tokens_by  # unrolled: prompt, completion, cached (in that order)
         if isinstance(prompt, int) and prompt > 0:
-            count(tokens, (model, cluster, "prompt"), prompt)
+            count(tokens, (model, cluster, endpoint, "prompt"), prompt)
         if isinstance(completion, int) and completion > 0:
-            count(tokens, (model, cluster, "completion"), completion)
+            count(tokens, (model, cluster, endpoint, "completion"), completion)
         if isinstance(cached, int) and cached > 0:
-            count(tokens, (model, cluster, "cached"), cached)
+            count(tokens, (model, cluster, endpoint, "cached"), cached)
 
 
 def access_fields(

@@ -77,7 +77,8 @@ class Exchange:
         self.answered_at = self._clock()
 
     def finish(self, outcome: str, *, usage: Any = None, first_token_at: float | None = None) -> None:
-        """Record the outcome (one of the module's constants) and, on success, usage and TTFT; then close out (once)."""
+        """Record the outcome (one of the module's constants), usage and TTFT (``first_token_at``: a stream's
+        first token sent to the client, whatever the outcome; None if none was); then close out (once)."""
         if self.outcome is not None:
             return
         self.outcome = outcome

@@ -40,7 +40,7 @@ request's own task (the first chunk follows the headers without a turn of the ev
 it relays, a second task waits for the client's ``http.disconnect`` and cancels the request's
 task when it comes (a cancel from anywhere else stays a cancel); a disconnect aborts the upstream
 request (the engine stops generating) and ends the request as ``cancelled``, never as an
-endpoint failure.
+endpoint failure. A stream cancelled or broken after its first token was sent keeps its TTFT.
 
 How a stream ends, as the client sees it:
     * the endpoint finished with ``[DONE]``: relayed; ``success`` (or ``upstream_error`` if an
@@ -159,7 +159,7 @@ class StreamRelay:
 
     __slots__ = (
         "_source", "_observer", "_exchange", "_idle_s", "_continuation", "_tried", "_rewriter", "_prompt_tokens", "headers",
-        "on_success",
+        "on_success", "_sending",
     )
 
     def __init__(
@@ -182,6 +182,7 @@ class StreamRelay:
         self._prompt_tokens = prompt_tokens  # estimated, for when the endpoint reports no usage
         self.headers: list[tuple[bytes, bytes]] = []
         self.on_success: Callable[[Any], None] | None = None  # called with the observer when the stream succeeded
+        self._sending = False  # the headers went out and the relay began: the held preamble is sent next
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -191,6 +192,7 @@ class StreamRelay:
             left: list[bool] = []  # the watcher saw the client leave (and cancelled ``task`` once)
             watcher = asyncio.ensure_future(_cancel_on_disconnect(receive, task, left))
             taken_back = False  # the watcher's cancel (if it came) has been uncancelled
+            self._sending = True
             try:
                 await self._relay(send)  # in this task: no task and no loop turn between the headers and the first chunk
             except asyncio.CancelledError:
@@ -225,7 +227,7 @@ class StreamRelay:
             source.response.close()
             source.attempt.abandoned()
         if self._exchange.outcome is None:
-            self._exchange.finish(CANCELLED, usage=self._usage())
+            self._exchange.finish(CANCELLED, usage=self._usage(), first_token_at=self._first_sent())
 
     def settle(self) -> None:
         """A stream made but never sent (the client left as it opened): end it as :meth:`abort` does."""
@@ -258,7 +260,7 @@ class StreamRelay:
                     continue
                 closing = broken.raw if broken.raw is not None else self._error_event(broken.message)
                 await send({"type": "http.response.body", "body": closing, "more_body": False})
-                self._exchange.finish(UPSTREAM_ERROR, usage=self._usage())
+                self._exchange.finish(UPSTREAM_ERROR, usage=self._usage(), first_token_at=self._first_sent())
                 return
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             self._finish(source)
@@ -326,6 +328,15 @@ class StreamRelay:
             return self._rewriter.rewrite(event)
         return raw
 
+    def _first_sent(self) -> float | None:
+        """TTFT's end for a stream that did not succeed: the first token's time if the client was sent it.
+
+        The held preamble ends at the first content event and is the relay's first write, right
+        after the headers (no loop turn between): once the relay began, a first token seen was sent.
+        A stream made but never relayed (the client left as it opened) has none.
+        """
+        return self._observer.first_token_at if self._sending else None
+
     def _usage(self) -> dict[str, Any] | None:
         """The stream's usage, or an estimate marked ``"estimated": true`` (module doc)."""
         usage = self._observer.usage
@@ -363,7 +374,7 @@ class StreamRelay:
         observer = self._observer
         if observer.error is not None:
             source.attempt.failed("stream_error", str(observer.error.get("message")))
-            self._exchange.finish(UPSTREAM_ERROR, usage=self._usage())
+            self._exchange.finish(UPSTREAM_ERROR, usage=self._usage(), first_token_at=self._first_sent())
             return
         source.attempt.succeeded(observer.usage)  # measured usage only
         self._exchange.finish(SUCCESS, usage=self._usage(), first_token_at=observer.first_token_at)

@@ -21,6 +21,9 @@ Request outcomes (label ``outcome``):
     ``upstream_error``: the endpoint failed (connect, 5xx, timeout, broken or in-band error stream).
     ``cancelled``: the client disconnected first (never counted against the endpoint).
 
+``kvgate_endpoint_tokens_total{endpoint, kind}`` and ``kvgate_endpoint_cost_usd_total{endpoint}``: the tokens and
+cost of ``kvgate_tokens_total``/``kvgate_cost_usd_total`` by the endpoint that answered (a continued stream's last).
+
 The scheduling framework's instruments (:class:`RoutingMetrics`):
     - ``kvgate_routing_producer_failures_total{producer, reason}``: a producer timed out or failed;
       its hint was dropped and the request was scheduled without it.
@@ -74,7 +77,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metr
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from gateway.observability.tally import Tally
+from gateway.observability.tally import Split, Tally
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
@@ -128,19 +131,12 @@ class GatewayMetrics:
             "Streams broken after content was sent and continued on another endpoint of the cluster.", ["cluster"], registry=r,
         )
         self.in_flight = Gauge(
-            "kvgate_endpoint_in_flight",
-            "Requests in flight to an endpoint from this gateway (summed over its processes).",
-            ["endpoint"],
-            registry=r,
-            multiprocess_mode="livesum",
+            "kvgate_endpoint_in_flight", "Requests in flight to an endpoint from this gateway (summed over its processes).",
+            ["endpoint"], registry=r, multiprocess_mode="livesum",
         )
         self.healthy = Gauge(
-            "kvgate_endpoint_healthy",
-            "1 if the endpoint is routable and its last check passed, else 0 (with several processes: "
-            "the lowest of their views).",
-            ["endpoint"],
-            registry=r,
-            multiprocess_mode="livemin",
+            "kvgate_endpoint_healthy", "1 if the endpoint is routable and its last check passed, else 0 (with several "
+            "processes: the lowest of their views).", ["endpoint"], registry=r, multiprocess_mode="livemin",
         )
         self._add_operations_instruments(r)
         self._add_loop_lag_instruments(r)
@@ -151,10 +147,8 @@ class GatewayMetrics:
     def _add_operations_instruments(self, r: CollectorRegistry) -> None:
         """Errors, cost, per-token latency, quotas and the state store (issue 5)."""
         self.errors = Counter(
-            "kvgate_request_errors",
-            "Failed inference requests by error class (OTel error.type: the OpenAI error code, or the HTTP status).",
-            ["model", "cluster", "error_type"],
-            registry=r,
+            "kvgate_request_errors", "Failed inference requests by error class (OTel error.type: the OpenAI error code, "
+            "or the HTTP status).", ["model", "cluster", "error_type"], registry=r,
         )
         self.time_per_output_token = Histogram(
             "kvgate_time_per_output_token_seconds",
@@ -171,26 +165,31 @@ class GatewayMetrics:
         self.cost = Counter(
             "kvgate_cost_usd", "Cost of answered requests at the cluster's prices, USD.", ["model", "cluster"], registry=r
         )
-        self.route_decisions = Counter(
-            "kvgate_route_decisions",
-            "Finished requests by public model, route and the cluster that served them (the route mix).",
-            ["model", "route", "cluster"],
+        self.endpoint_tokens = Counter(  # the endpoint rows of /admin/stats (kvgate_tokens has no endpoint label)
+            "kvgate_endpoint_tokens", "Tokens by the endpoint that served them and kind (prompt, cached, completion).",
+            ["endpoint", "kind"], registry=r,
+        )
+        self.endpoint_cost = Counter(
+            "kvgate_endpoint_cost_usd", "Cost of answered requests by the endpoint that served them, USD.", ["endpoint"],
             registry=r,
         )
+        # the close-out counts each once, keyed (model, cluster, endpoint[, kind]); the tally's flush adds it to both
+        self.tokens_by = Split(self.tokens, (0, 1, 3), self.endpoint_tokens, (2, 3))
+        self.cost_by = Split(self.cost, (0, 1), self.endpoint_cost, (2,))
+        self.route_decisions = Counter(
+            "kvgate_route_decisions", "Finished requests by public model, route and the cluster that served them (the "
+            "route mix).", ["model", "route", "cluster"], registry=r,
+        )
         self.retries = Counter(
-            "kvgate_retries",
-            "Upstream attempts beyond the first, per request (each retry goes to the next ranked endpoint).",
-            ["model", "cluster"],
-            registry=r,
+            "kvgate_retries", "Upstream attempts beyond the first, per request (each retry goes to the next ranked "
+            "endpoint).", ["model", "cluster"], registry=r,
         )
         self.quota_refusals = Counter(
             "kvgate_quota_refusals", "Requests refused by a key's limit (rpm, tpm, budget).", ["key", "limit"], registry=r
         )
         self.state_store_errors = Counter(
-            "kvgate_state_store_errors",
-            "Failed calls to the state store by operation (quota_admit requests were let through when failing open).",
-            ["operation"],
-            registry=r,
+            "kvgate_state_store_errors", "Failed calls to the state store by operation (quota_admit requests were let "
+            "through when failing open).", ["operation"], registry=r,
         )
 
     def watch_endpoints(self, endpoints: Callable[[], Iterable[Any]]) -> None:

@@ -16,7 +16,8 @@ Rendering to JSON happens only when the admin API reads the ring (``GET /admin/r
 It is per process: under ``kvgate serve --processes N`` or several replicas each keeps its own,
 and every answer names the replica (:func:`replica_identity`) so an operator knows which one it
 was. Field units: seconds for ``ttft_s``/``e2e_s`` (TTFT from the request's start to the first
-content token of a stream; None when not streamed), USD for ``cost_usd``, Unix seconds for ``at``,
+content token of a stream, also one cancelled or broken after that token reached the client; None
+when not streamed or no token was sent), USD for ``cost_usd``, Unix seconds for ``at``,
 milliseconds for ``queue_ms`` (time waited in the admission queue, ``gateway/admission/``; 0 when
 admitted at once or admission is off). ``api`` names the API (``chat``, ``completions``,
 ``responses``, ``responses.retrieve``, ``messages``, ``embeddings``, ...: ``gateway/protocol/apis.py``).

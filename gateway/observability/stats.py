@@ -1,12 +1,14 @@
 """Request statistics for the admin API, read from this replica's Prometheus registry (pure).
 
-``GET /admin/stats`` answers, per model, per cluster and per endpoint: requests, errors,
+``GET /admin/stats`` answers, per model, per cluster and per endpoint: requests, errors (outcome
+``client_error`` or ``upstream_error``), cancelled (outcome ``cancelled``: the client left first),
 latency (count, mean and the p50/p95 upper bucket bounds, seconds) and token totals (input,
 cached, output) with cost in USD. Everything comes from the instruments the request path already
 writes (``kvgate_requests``, ``kvgate_request_errors``, ``kvgate_request_duration_seconds``,
-``kvgate_endpoint_request_duration_seconds``, ``kvgate_tokens``, ``kvgate_cost_usd``), so serving
-stats costs nothing per request. Figures are this replica's since it started; Prometheus sums
-replicas.
+``kvgate_endpoint_request_duration_seconds``, ``kvgate_tokens`` and ``kvgate_cost_usd`` for models and
+clusters, ``kvgate_endpoint_tokens`` and ``kvgate_endpoint_cost_usd`` for endpoints), so serving
+stats costs nothing per request. An endpoint's row counts the requests it answered (a continued
+stream: its last endpoint). Figures are this replica's since it started; Prometheus sums replicas.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ _TOKEN_KINDS = {"prompt": "input_tokens", "cached": "cached_tokens", "completion
 
 
 def _row() -> dict[str, Any]:
-    return {"requests": 0, "errors": 0, "input_tokens": 0, "cached_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}
+    return {"requests": 0, "errors": 0, "cancelled": 0, "input_tokens": 0, "cached_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}
 
 
 def quantile_bound(buckets: list[tuple[float, float]], q: float) -> float | None:
@@ -82,21 +84,28 @@ def compute_stats(families: Iterable[Metric]) -> dict[str, Any]:
 
 
 def _add_counts(by_name: dict[str, Metric], rows: Any) -> None:
-    """Add requests, errors, tokens and cost to every row a sample's labels name (``rows(labels)``)."""
+    """Add requests, errors, cancels, tokens and cost to every row a sample's labels name (``rows(labels)``).
+
+    Token and cost samples of ``kvgate_tokens``/``kvgate_cost_usd`` name a model and a cluster, those of
+    ``kvgate_endpoint_tokens``/``kvgate_endpoint_cost_usd`` an endpoint only: each lands in its own rows once.
+    """
     for sample in _samples(by_name, "kvgate_requests", "_total"):
-        failed = sample.labels.get("outcome") in ("client_error", "upstream_error")
+        outcome = sample.labels.get("outcome")
+        field = "errors" if outcome in ("client_error", "upstream_error") else "cancelled" if outcome == "cancelled" else ""
         for row in rows(sample.labels):
             row["requests"] += int(sample.value)
-            if failed:
-                row["errors"] += int(sample.value)
-    for sample in _samples(by_name, "kvgate_tokens", "_total"):
-        field = _TOKEN_KINDS.get(sample.labels.get("kind", ""))
-        if field:
-            for row in rows(sample.labels):
+            if field:
                 row[field] += int(sample.value)
-    for sample in _samples(by_name, "kvgate_cost_usd", "_total"):
-        for row in rows(sample.labels):
-            row["cost_usd"] = round(row["cost_usd"] + sample.value, 9)
+    for family in ("kvgate_tokens", "kvgate_endpoint_tokens"):
+        for sample in _samples(by_name, family, "_total"):
+            field = _TOKEN_KINDS.get(sample.labels.get("kind", ""))
+            if field:
+                for row in rows(sample.labels):
+                    row[field] += int(sample.value)
+    for family in ("kvgate_cost_usd", "kvgate_endpoint_cost_usd"):
+        for sample in _samples(by_name, family, "_total"):
+            for row in rows(sample.labels):
+                row["cost_usd"] = round(row["cost_usd"] + sample.value, 9)
 
 
 def _samples(by_name: dict[str, Metric], family: str, suffix: str) -> list[Any]:

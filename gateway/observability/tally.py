@@ -17,6 +17,10 @@ the last collection are summed per label set and added by ``flush``; a label set
 cancel out is still added (``inc(0)``), so its child exists from its first step, as with direct
 updates.
 
+One figure that two counters show under different labels (a request's tokens by model and cluster,
+and by endpoint) is counted once, into a :class:`Split` keyed by all the labels: the flush adds it to
+both, so the request path makes one update for the two.
+
 Under ``kvgate serve --processes N`` (``PROMETHEUS_MULTIPROC_DIR`` set) a scrape reads every
 process's values from shared files, so updates cannot wait for this process's scrape: the tally
 then writes through (``direct=True``), as before.
@@ -34,19 +38,49 @@ from prometheus_client.metrics import MetricWrapperBase  # a Counter or a Histog
 from prometheus_client.registry import Collector
 
 
+class _Children:
+    __slots__ = ("_children",)
+
+    def __init__(self, children: list[MetricWrapperBase]) -> None:
+        self._children = children
+
+    def inc(self, amount: float) -> None:
+        for child in self._children:
+            child.inc(amount)
+
+
+class Split:
+    """A counter for :meth:`Tally.count` that adds each amount to two counters, each child labelled by
+    the key's values at its ``positions``; the ``secondary`` is skipped when one of its labels is empty."""
+
+    __slots__ = ("_primary", "_primary_at", "_secondary", "_secondary_at")
+
+    def __init__(
+        self, primary: MetricWrapperBase, primary_at: tuple[int, ...], secondary: MetricWrapperBase, secondary_at: tuple[int, ...]
+    ) -> None:
+        self._primary, self._primary_at, self._secondary, self._secondary_at = primary, primary_at, secondary, secondary_at
+
+    def labels(self, *values: str) -> _Children:
+        children = [self._primary.labels(*(values[i] for i in self._primary_at))]
+        secondary = [values[i] for i in self._secondary_at]
+        if all(secondary):
+            children.append(self._secondary.labels(*secondary))
+        return _Children(children)
+
+
 class Tally(Collector):
     """Pending counter and histogram updates; see the module doc. Registers itself on ``registry``."""
 
     def __init__(self, registry: CollectorRegistry, *, direct: bool = False) -> None:
         self.direct = direct
-        self._counts: dict[tuple[MetricWrapperBase, tuple[str, ...]], float] = {}
+        self._counts: dict[tuple[MetricWrapperBase | Split, tuple[str, ...]], float] = {}
         # per (histogram, labels): the histogram's bounds (shared) and one count per bucket, then the sum
         self._histograms: dict[tuple[MetricWrapperBase, tuple[str, ...]], tuple[list[float], list[float]]] = {}
         self._shifts: dict[tuple[MetricWrapperBase, tuple[str, ...]], float] = {}
         self._bounds: dict[MetricWrapperBase, list[float]] = {}
         registry.register(self)
 
-    def count(self, counter: MetricWrapperBase, labels: tuple[str, ...], amount: float = 1.0) -> None:
+    def count(self, counter: MetricWrapperBase | Split, labels: tuple[str, ...], amount: float = 1.0) -> None:
         """``counter.labels(*labels).inc(amount)``, folded; ``amount`` must be >= 0 (checked at flush)."""
         if self.direct:
             counter.labels(*labels).inc(amount)

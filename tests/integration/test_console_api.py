@@ -50,11 +50,18 @@ def _config(a: FakeUpstream, b: FakeUpstream, broken: FakeUpstream | None = None
 def console_gateway(fake_a: FakeUpstream, fake_b: FakeUpstream, fake_broken: FakeUpstream) -> Iterator[RunningGateway]:
     gateway = RunningGateway(_config(fake_a, fake_b, fake_broken, request_log_size=3), health_checks=False).start()
     yield gateway
+    while _clients:  # their pooled connections, closed here rather than by the garbage collector in a later test
+        _clients.pop().close()
     gateway.stop()
 
 
+_clients: list[openai.OpenAI] = []
+
+
 def _sdk(gateway: RunningGateway) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway.base_url, api_key=CLIENT_KEY, max_retries=0)
+    client = openai.OpenAI(base_url=gateway.base_url, api_key=CLIENT_KEY, max_retries=0)
+    _clients.append(client)
+    return client
 
 
 def _recent(gateway: RunningGateway, limit: int = 100) -> dict[str, Any]:

@@ -84,6 +84,22 @@ def test_one_close_does_every_effect_once_with_the_cost_priced_once() -> None:
     assert registry.get_sample_value("kvgate_requests_total", {"model": "m", "cluster": "c", "endpoint": "e", "outcome": "success"}) == 1
     assert registry.get_sample_value("kvgate_cost_usd_total", {"model": "m", "cluster": "c"}) == pytest.approx(COST)
     assert registry.get_sample_value("kvgate_retries_total", {"model": "m", "cluster": "c"}) == 1
+    assert registry.get_sample_value("kvgate_endpoint_cost_usd_total", {"endpoint": "e"}) == pytest.approx(COST)
+    by_kind = {kind: registry.get_sample_value("kvgate_endpoint_tokens_total", {"endpoint": "e", "kind": kind})
+               for kind in ("prompt", "cached", "completion")}
+    assert by_kind == {"prompt": 1000, "cached": 200, "completion": 500}
+
+
+def test_a_request_without_an_endpoint_adds_nothing_to_the_endpoint_counters() -> None:
+    closeout, _, _, _, _, metrics = make([0.0])
+    exchange = closeout.open("r3", "m", None, types.SimpleNamespace())
+    exchange.cluster = "c"  # a cluster and usage, but no endpoint
+    exchange.finish(CANCELLED, usage=USAGE)
+    registry = metrics.registry
+    assert registry.get_sample_value("kvgate_tokens_total", {"model": "m", "cluster": "c", "kind": "prompt"}) == 1000
+    assert registry.get_sample_value("kvgate_cost_usd_total", {"model": "m", "cluster": "c"}) == pytest.approx(COST)
+    assert registry.get_sample_value("kvgate_endpoint_tokens_total", {"endpoint": "", "kind": "prompt"}) is None
+    assert registry.get_sample_value("kvgate_endpoint_cost_usd_total", {"endpoint": ""}) is None
 
 
 def test_a_cancel_without_usage_keeps_the_reservation_as_its_charge() -> None:

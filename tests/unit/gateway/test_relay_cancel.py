@@ -31,11 +31,11 @@ class Reads(TwoReads):
         return self._reads.pop(0) if self._reads else b""
 
 
-def _relay(response: TwoReads | None = None) -> tuple[StreamRelay, Endpoint, Exchange]:
+def _relay(response: TwoReads | None = None, first_token_at: float = 0.0) -> tuple[StreamRelay, Endpoint, Exchange]:
     endpoint = Endpoint(EndpointSpec("e", "c", "http://e/v1", "m"))
     exchange = Exchange("r", "m", lambda: 0.0)
     first = event({"role": "assistant", "content": ""}) + event({"content": "a"})
-    observer = StreamObserver(lambda: 0.0)
+    observer = StreamObserver(lambda: first_token_at)
     observer.feed(first)
     relay = StreamRelay(
         source=Upstreamed(Attempt(endpoint, None, GatewayMetrics()), response or TwoReads(event({"content": "b"})), first, None),
@@ -202,3 +202,32 @@ async def test_a_failing_receive_ends_the_stream_and_is_logged(caplog: pytest.Lo
         await asyncio.wait_for(task, 5)
     assert exchange.outcome == "cancelled" and endpoint.in_flight == 0 and task.cancelling() == 0
     assert any("connection reset" in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.parametrize("end", ["client_left", "broken", "never_relayed"])
+async def test_a_stream_that_did_not_succeed_keeps_its_ttft_once_the_first_token_was_sent(end: str) -> None:
+    """The held preamble ("a", seen at 1.25 s) is the relay's first write: a stream cancelled or broken
+    after it keeps that TTFT; a stream made but never relayed (the client left as it opened) has none."""
+    response = TwoReads(event({"content": "b"})) if end == "client_left" else Reads(event({"content": "b"}))
+    relay, endpoint, exchange = _relay(response, first_token_at=1.25)
+    if end == "never_relayed":
+        relay.settle()
+        assert (exchange.outcome, exchange.first_token_at, endpoint.in_flight) == ("cancelled", None, 0)
+        return
+    sent: list[dict[str, Any]] = []
+    leave = asyncio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if len(sent) == 3:  # headers, the preamble, "b": the client leaves now
+            leave.set()
+
+    async def receive() -> dict[str, Any]:
+        await leave.wait()
+        if end == "broken":  # the stream ends without [DONE] before the client would leave
+            await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    await asyncio.wait_for(relay({"type": "http"}, receive, send), 5)
+    outcome = "cancelled" if end == "client_left" else "upstream_error"
+    assert (exchange.outcome, exchange.first_token_at, endpoint.in_flight) == (outcome, 1.25, 0)

@@ -49,6 +49,29 @@ def test_stats_per_model_cluster_and_endpoint() -> None:
     assert stats["endpoints"]["a"]["latency"]["count"] == 3 and stats["endpoints"]["b"]["latency"]["count"] == 0
 
 
+def test_endpoint_rows_take_tokens_and_cost_from_the_endpoint_counters_and_every_row_counts_cancels() -> None:
+    m = GatewayMetrics()
+    m.requests.labels("qwen", "fast", "a", "success").inc(2)
+    m.requests.labels("qwen", "fast", "a", "cancelled").inc(1)
+    m.requests.labels("qwen", "fast", "b", "cancelled").inc(2)
+    m.requests.labels("qwen", "fast", "", "cancelled").inc(1)  # left before an endpoint was chosen
+    m.tokens.labels("qwen", "fast", "prompt").inc(90)
+    m.cost.labels("qwen", "fast").inc(0.5)
+    for endpoint, prompt, cached, completion, cost in (("a", 60, 20, 12, 0.375), ("b", 30, 0, 2, 0.125)):
+        m.endpoint_tokens.labels(endpoint, "prompt").inc(prompt)
+        m.endpoint_tokens.labels(endpoint, "cached").inc(cached)
+        m.endpoint_tokens.labels(endpoint, "completion").inc(completion)
+        m.endpoint_cost.labels(endpoint).inc(cost)
+    stats = compute_stats(m.registry.collect())
+    a, b = stats["endpoints"]["a"], stats["endpoints"]["b"]
+    assert (a["requests"], a["errors"], a["cancelled"], a["input_tokens"], a["cached_tokens"], a["output_tokens"]) == (3, 0, 1, 60, 20, 12)
+    assert (b["requests"], b["cancelled"], b["input_tokens"], b["cached_tokens"], b["output_tokens"]) == (2, 2, 30, 0, 2)
+    assert (a["cost_usd"], b["cost_usd"]) == (0.375, 0.125)
+    qwen = stats["models"]["qwen"]  # the endpoint counters never add to the model and cluster rows
+    assert (qwen["requests"], qwen["cancelled"], qwen["input_tokens"], qwen["cost_usd"]) == (6, 4, 90, 0.5)
+    assert stats["clusters"]["fast"]["cancelled"] == 4 and set(stats["endpoints"]) == {"a", "b"}
+
+
 def test_json_formatter_merges_fields_and_exceptions() -> None:
     record = logging.LogRecord("kvgate.access", logging.INFO, __file__, 1, "POST %s", ("/v1/x",), None)
     record.fields = {"request_id": "r-1", "status": 200}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from gateway.observability.tally import Tally
+from gateway.observability.tally import Split, Tally
 
 BUCKETS = (0.005, 0.01, 0.1, 1.0)
 VALUES = (0.0, 0.005, 0.0050001, 0.01, 0.05, 0.1, 1.0, 1.5, 30.0, -1.0)
@@ -83,3 +83,20 @@ def test_direct_mode_shifts_through() -> None:
     gauge = Gauge("t_in_flight", "in flight", ["endpoint"], registry=registry)
     tally.shift(gauge, ("a",), 1.0)
     assert gauge.labels("a")._value.get() == 1.0  # no collection needed
+
+
+def test_a_split_count_lands_in_both_counters_and_skips_an_empty_secondary_label() -> None:
+    """One count keyed (model, cluster, endpoint, kind) adds to the by-model counter and the by-endpoint one."""
+    for direct in (False, True):
+        registry = CollectorRegistry(auto_describe=True)
+        tally = Tally(registry, direct=direct)
+        by_model = Counter("t_tokens", "tokens", ["model", "cluster", "kind"], registry=registry)
+        by_endpoint = Counter("t_endpoint_tokens", "tokens", ["endpoint", "kind"], registry=registry)
+        split = Split(by_model, (0, 1, 3), by_endpoint, (2, 3))
+        tally.count(split, ("m", "c", "e1", "prompt"), 7)
+        tally.count(split, ("m", "c", "e2", "prompt"), 5)
+        tally.count(split, ("m", "c", "", "prompt"), 2)  # no endpoint: the by-model counter only
+        for _ in range(2):  # a second collection adds nothing
+            assert registry.get_sample_value("t_tokens_total", {"model": "m", "cluster": "c", "kind": "prompt"}) == 14
+            got = {e: registry.get_sample_value("t_endpoint_tokens_total", {"endpoint": e, "kind": "prompt"}) for e in ("e1", "e2", "")}
+            assert got == {"e1": 7, "e2": 5, "": None}, direct
