@@ -23,7 +23,7 @@ import orjson
 
 from gateway.errors import InvalidRequestError
 from gateway.protocol.openai import InferenceRequest, Operation
-from gateway.protocol.validation import check_depth
+from gateway.protocol.validation import INT32_MAX, check_depth, check_integer
 
 
 @dataclass(slots=True)  # made per request, never changed: not frozen (a frozen __init__ costs ~5x)
@@ -101,6 +101,14 @@ def optional(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str
     if not isinstance(value, kinds):
         raise invalid(f"Invalid type for '{name}': expected {what}.", name)
     return value
+
+
+def optional_count(body: dict[str, Any], name: str, low: int = 1, high: int = INT32_MAX) -> int | None:
+    """``body[name]`` as an int when present and not null: an integer (or an integral number) in
+    ``[low, high]``, else the 400 chat's integer fields give (``integer_below_min_value``,
+    ``integer_above_max_value``, or "expected an integer" for a decimal, a boolean or a string)."""
+    value = body.get(name)
+    return None if value is None else check_integer(name, value, (low, high))
 
 
 def chat_view(model: str, stream: bool, body: dict[str, Any], raw: bytes,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.keys.pricing import TokenUsage
-from gateway.protocol.api_request import ApiRequest, invalid, load_object, optional, require_model
+from gateway.protocol.api_request import ApiRequest, invalid, load_object, optional, optional_count, require_model
 from gateway.protocol.typed_events import count
 
 EMBEDDINGS = "embeddings"
@@ -56,7 +56,7 @@ def parse_embeddings(raw: bytes) -> ApiRequest:
         raise invalid("Missing required parameter: 'input'.", "input")
     _check_input(body["input"])
     optional(body, "encoding_format", (str,), "a string")
-    optional(body, "dimensions", (int,), "an integer")
+    optional_count(body, "dimensions")
     optional(body, "user", (str,), "a string")
     return ApiRequest(EMBEDDINGS, model, False, body, raw)
 

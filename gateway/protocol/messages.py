@@ -50,7 +50,7 @@ import orjson
 
 from gateway.errors import GatewayError, UpstreamClientError
 from gateway.keys.pricing import TokenUsage
-from gateway.protocol.api_request import ApiRequest, chat_view, invalid, load_object, optional, require_model
+from gateway.protocol.api_request import ApiRequest, chat_view, invalid, load_object, optional, optional_count, require_model
 from gateway.protocol.typed_events import TypedEventObserver, count, error_object
 
 CREATE = "messages"
@@ -107,8 +107,7 @@ def _parse(raw: bytes, api: str) -> ApiRequest:
     if api == CREATE:
         if "max_tokens" not in body:
             raise invalid("Missing required parameter: 'max_tokens'.", "max_tokens")
-        tokens = optional(body, "max_tokens", (int,), "an integer")
-        if tokens is None or tokens < 1:
+        if optional_count(body, "max_tokens") is None:
             raise invalid("Invalid 'max_tokens': expected an integer of at least 1.", "max_tokens")
     optional(body, "stream", (bool,), "a boolean")
     optional(body, "system", (str, list), "a string or an array of text blocks")

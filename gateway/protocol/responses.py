@@ -49,7 +49,7 @@ from typing import Any
 import orjson
 
 from gateway.keys.pricing import TokenUsage
-from gateway.protocol.api_request import ApiRequest, chat_view, invalid, load_object, optional, require_model
+from gateway.protocol.api_request import ApiRequest, chat_view, invalid, load_object, optional, optional_count, require_model
 from gateway.protocol.typed_events import TypedEventObserver, count, error_object
 
 CREATE = "responses"
@@ -85,9 +85,7 @@ def parse_create(raw: bytes) -> ApiRequest:
     for name in _ARRAYS:
         optional(body, name, (list,), "an array")
     optional(body, "reasoning", (dict,), "an object")
-    cap = optional(body, "max_output_tokens", (int,), "an integer")
-    if cap is not None and cap < 1:
-        raise invalid("Invalid 'max_output_tokens': expected an integer of at least 1.", "max_output_tokens")
+    optional_count(body, "max_output_tokens")
     stream = body.get("stream") is True
     previous = body.get("previous_response_id")
     if previous is not None:

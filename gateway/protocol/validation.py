@@ -80,14 +80,14 @@ CHAT_FIELDS = {**TOP_LEVEL, "logprobs": (_BOOL, "a boolean")}
 COMPLETION_FIELDS = {**TOP_LEVEL, "logprobs": (_INT, "an integer")}
 """The top-level fields checked on a text completion request (its ``logprobs`` is a count)."""
 
-_INT32_MAX = 2**31 - 1
+INT32_MAX = 2**31 - 1
 INTEGER_RANGE: dict[str, tuple[int, int]] = {
-    "max_tokens": (1, _INT32_MAX),
-    "max_completion_tokens": (1, _INT32_MAX),
-    "n": (1, _INT32_MAX),
+    "max_tokens": (1, INT32_MAX),
+    "max_completion_tokens": (1, INT32_MAX),
+    "n": (1, INT32_MAX),
     "seed": (-(2**63), 2**63 - 1),
-    "top_logprobs": (0, _INT32_MAX),
-    "logprobs": (0, _INT32_MAX),
+    "top_logprobs": (0, INT32_MAX),
+    "logprobs": (0, INT32_MAX),
 }
 """Integer field -> (smallest, largest) accepted value (the module docstring says why these)."""
 
@@ -136,15 +136,16 @@ def _objects(items: list[Any], param: str) -> None:
             raise invalid_type(f"{param}[{index}]", "an object", item)
 
 
-def check_integer(name: str, value: Any) -> int:
+def check_integer(name: str, value: Any, bounds: tuple[int, int] | None = None) -> int:
     """``value`` of the integer field ``name`` as an int; the 400 unless it is an integer (or an
-    integral number) within :data:`INTEGER_RANGE` (module docstring)."""
+    integral number) within ``bounds`` (smallest, largest), by default :data:`INTEGER_RANGE`'s
+    for ``name`` (module docstring)."""
     number = value
     if type(value) is not int:
         if type(value) is not float or not value.is_integer():
             raise invalid_type(name, "an integer", value)
         number = int(value)
-    low, high = INTEGER_RANGE[name]
+    low, high = INTEGER_RANGE[name] if bounds is None else bounds
     if number < low:
         raise InvalidRequestError(
             f"Invalid '{name}': integer below minimum value. Expected a value >= {low}, but got {value} instead.",

@@ -85,3 +85,42 @@ def test_call_for_keeps_the_id_and_the_query_for_the_endpoint() -> None:
     assert call.upstream_path == "/responses/resp_1?stream=true&starting_after=3"
     assert apis.call_for("POST", "/v1/messages").upstream_path == "/messages"  # type: ignore[union-attr]
     assert apis.call_for("GET", "/v1/messages") is None
+
+
+_USER = [{"role": "user", "content": "x"}]
+_COUNT_BODIES = {
+    "messages": ("max_tokens", {"model": "m", "messages": _USER}),
+    "responses": ("max_output_tokens", {"model": "m", "input": "x"}),
+    "embeddings": ("dimensions", {"model": "m", "input": "x"}),
+}
+
+
+@pytest.mark.parametrize("api", sorted(_COUNT_BODIES))
+@pytest.mark.parametrize(
+    ("value", "code", "words"),
+    [
+        (10**30, "integer_above_max_value", "Expected a value <= 2147483647"),
+        (2**31, "integer_above_max_value", "Expected a value <= 2147483647"),
+        (0, "integer_below_min_value", "Expected a value >= 1"),
+        (-5, "integer_below_min_value", "Expected a value >= 1"),
+        (5.5, None, "expected an integer"),
+        (True, None, "expected an integer"),
+        ("5", None, "expected an integer"),
+    ],
+)
+def test_the_other_apis_count_fields_are_integers_in_range(api: str, value: object, code: str | None, words: str) -> None:
+    field, body = _COUNT_BODIES[api]
+    call, _ = apis.match("POST", f"/v1/{api}")  # type: ignore[misc]
+    with pytest.raises(InvalidRequestError) as refused:
+        call.parse(orjson.dumps({**body, field: value}) if value != 10**30 else
+                   orjson.dumps(body)[:-1] + b',"%s":%d}' % (field.encode(), value), None)
+    assert refused.value.param == field and refused.value.code == code
+    assert words in refused.value.message
+
+
+@pytest.mark.parametrize("api", sorted(_COUNT_BODIES))
+def test_the_other_apis_count_fields_accept_an_integral_number(api: str) -> None:
+    field, body = _COUNT_BODIES[api]
+    call, _ = apis.match("POST", f"/v1/{api}")  # type: ignore[misc]
+    assert call.parse(orjson.dumps({**body, field: 64}), None).body[field] == 64
+    assert call.parse(orjson.dumps({**body, field: 64.0}), None).body[field] == 64.0  # the body stays as sent
