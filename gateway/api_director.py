@@ -245,7 +245,7 @@ class ApiDirector:
         if raw:
             check_content_type(headers.get("content-type"))
         turns = proxy.turns
-        if turns is not None and turns.heavy(len(raw)):
+        if turns is not None and len(raw) >= turns.min_bytes:
             await turns.turn()  # one heavy step per loop turn (gateway/turns.py)
         offload = proxy._parse_offload
         if offload is not None and call.ident is None and len(raw) > offload.inline_limit:

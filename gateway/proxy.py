@@ -144,7 +144,7 @@ class Proxy:
             return await self.apis.handle(operation, headers, raw, state, watch, key)
         check_content_type(headers.get("content-type"))
         turns = self.turns
-        if turns is not None and turns.heavy(len(raw)):
+        if turns is not None and len(raw) >= turns.min_bytes:
             await turns.turn()  # one heavy step per loop turn (gateway/turns.py)
         offload = self._parse_offload
         if offload is None or len(raw) <= offload.inline_limit:

@@ -40,11 +40,14 @@ DEFAULT_HEAVY_STEP_BYTES = 64 * 1024
 
 class TurnGate:
     """The gate (see the module docstring). ``min_bytes``: the body size from which a request's steps
-    are heavy (bytes; 0: none is, every step runs at once)."""
+    are heavy (bytes, >= 1; callers compare ``size >= gate.min_bytes`` inline, one comparison per
+    request; ``[server] heavy_step_bytes = 0`` builds no gate). Raises ValueError below 1."""
 
     __slots__ = ("min_bytes", "_taken", "_queue", "_loop", "steps", "waited")
 
     def __init__(self, min_bytes: int = DEFAULT_HEAVY_STEP_BYTES) -> None:
+        if min_bytes < 1:
+            raise ValueError("min_bytes must be >= 1 (no gate at all turns heavy steps off)")
         self.min_bytes = min_bytes
         self._taken = False  # a heavy step ran (or was handed the turn) in the current turn
         self._queue: deque[asyncio.Future[None] | tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
@@ -54,7 +57,7 @@ class TurnGate:
 
     def heavy(self, size: int) -> bool:
         """Whether a request of ``size`` body bytes takes its heavy steps through the gate."""
-        return 0 < self.min_bytes <= size
+        return size >= self.min_bytes
 
     @property
     def queued(self) -> int:

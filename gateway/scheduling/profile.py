@@ -193,7 +193,7 @@ class ProfileDecision(Decision):
         self.predicted_cached = approximate if precise is None else precise  # what predicted(name) gives
         turns = self._turns
         key = self.key
-        if turns is not None and turns.heavy(len(key.blocks) * key.block_bytes):
+        if turns is not None and key.length >= turns.min_bytes:
             turns.defer(self._store.record, name, key)  # a long prompt's insert: one heavy step per loop turn
         else:
             self._store.record(name, key)
@@ -299,7 +299,7 @@ class ProfileScheduler:
         if not routable:
             return Decision(ejected)
         turns = self.turns
-        if turns is not None and self.closed_loop and turns.heavy(len(request.raw)):
+        if turns is not None and len(request.raw) >= turns.min_bytes and self.closed_loop:
             await turns.turn()  # the prefix key and match of a long prompt: one heavy step per loop turn
         ctx = self._context(routable, request)
         producers = self._producers

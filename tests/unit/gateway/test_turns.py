@@ -26,10 +26,11 @@ class Turns:
         self._stop = True
 
 
-def test_heavy_is_from_min_bytes_and_zero_is_off() -> None:
+def test_heavy_is_from_min_bytes_which_is_at_least_one() -> None:
     gate = TurnGate(1000)
     assert not gate.heavy(999) and gate.heavy(1000) and gate.heavy(10**9)
-    assert not TurnGate(0).heavy(10**9)
+    with pytest.raises(ValueError, match="min_bytes must be >= 1"):
+        TurnGate(0)
 
 
 async def test_one_heavy_step_per_turn_in_arrival_order() -> None:
