@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gateway.config.admission import MAX_WAIT_S
 from gateway.config.section import Section, endpoint_url_problem, redact_url, zmq_address_problem
@@ -31,12 +31,13 @@ class EndpointSettings(Section):
 
     @field_validator("kv_events")
     @classmethod
-    def _zmq_address(cls, value: str | None) -> str | None:
+    def _zmq_address(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None:
             return value
         problem = zmq_address_problem(value, wildcard=False)
         if problem is not None:
-            raise ValueError(f"{problem}, got {value[:100]!r}")
+            name = info.data.get("name")
+            raise ValueError(f"{f'endpoint {name!r}: ' if name else ''}{problem}, got {value[:100]!r}")
         return value
 
     @field_validator("url", "health_url")
