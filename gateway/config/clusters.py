@@ -26,7 +26,8 @@ class EndpointSettings(Section):
     kv_events: str | None = Field(
         None, description="Precise mode, connect side: the ZMQ address of this worker's KV-event publisher as the "
         "gateway reaches it (vLLM's --kv-events-config endpoint tcp://*:PORT seen as tcp://HOST:PORT); every gateway "
-        "process connects to it. Default: none (a worker may instead connect to routing.kv_events.bind).",
+        "process connects to it. HOST: a DNS name (RFC 1123 labels), an IPv4 or a bracketed IPv6 address; port "
+        "1-65535; or ipc://PATH. Default: none (a worker may instead connect to routing.kv_events.bind).",
     )
 
     @field_validator("kv_events")
