@@ -310,6 +310,8 @@ class KvEventConnections:
         monitor, watcher = self._watchers.pop(name, (None, None))
         if watcher is not None:
             watcher.cancel()
+            with contextlib.suppress(Exception):  # stop the events first: none is sent to a closed peer
+                socket.disable_monitor()
             monitor.close(0)
         socket.close(0)  # now, even if the task never started (its finally would not run)
         del self._open[name]
