@@ -115,16 +115,21 @@ def endpoint_view(
 
 
 def _kv_events(request: Request, endpoint: Any) -> dict[str, Any] | None:
-    """Precise mode's view of the endpoint (None when it is off): the address its socket connects
-    to (connect mode) or None, whether any batch came, whether its block set is complete (else
-    precise decisions fall back), its blocks and block size (tokens)."""
+    """Precise mode's view of the endpoint (None when it is off): its configured ``kv_events``
+    address (connect mode) or None (its batches can come through the bind only), what that socket
+    is doing (``state``: connecting, connected, retrying, disconnected, refused, stopped; ``error``:
+    the last problem, or None; ``scheduling/kv_link.py``), whether any batch came, whether its
+    block set is complete (else precise decisions fall back), its blocks and block size (tokens)."""
     routing = getattr(request.app.state, "routing", None)
     sets = getattr(routing, "kv", None)
     if sets is None or getattr(routing, "kv_subscriber", None) is None:
         return None
     name = endpoint.name
-    connected = routing.kv_connections.addresses.get(name) if routing.kv_connections is not None else None
-    return {"address": connected, "publishing": sets.known(name), "complete": sets.complete(name),
+    link = routing.kv_connections.link(name) if routing.kv_connections is not None else None
+    address = endpoint.spec.kv_events
+    if link is None or link["address"] != address:  # not (yet) subscribed to the configured address
+        link = {"address": address, "state": "connecting" if address else None, "error": None}
+    return {**link, "publishing": sets.known(name), "complete": sets.complete(name),
             "blocks": sets.size(name), "block_size": sets.block_size(name)}
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gateway.config.admission import MAX_WAIT_S
 from gateway.config.section import Section, endpoint_url_problem, redact_url, zmq_address_problem
@@ -26,17 +26,19 @@ class EndpointSettings(Section):
     kv_events: str | None = Field(
         None, description="Precise mode, connect side: the ZMQ address of this worker's KV-event publisher as the "
         "gateway reaches it (vLLM's --kv-events-config endpoint tcp://*:PORT seen as tcp://HOST:PORT); every gateway "
-        "process connects to it. Default: none (a worker may instead connect to routing.kv_events.bind).",
+        "process connects to it. HOST: a DNS name (RFC 1123 labels), an IPv4 or a bracketed IPv6 address; port "
+        "1-65535; or ipc://PATH. Default: none (a worker may instead connect to routing.kv_events.bind).",
     )
 
     @field_validator("kv_events")
     @classmethod
-    def _zmq_address(cls, value: str | None) -> str | None:
+    def _zmq_address(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None:
             return value
         problem = zmq_address_problem(value, wildcard=False)
         if problem is not None:
-            raise ValueError(f"{problem}, got {value[:100]!r}")
+            name = info.data.get("name")
+            raise ValueError(f"{f'endpoint {name!r}: ' if name else ''}{problem}, got {value[:100]!r}")
         return value
 
     @field_validator("url", "health_url")

@@ -15,6 +15,7 @@ built (a :class:`~gateway.config.settings.ConfigError` naming the bad one); name
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -179,6 +180,48 @@ class KvEventsSettings(_Section):
         return self.bind.replace("://*:", "://127.0.0.1:").replace("://0.0.0.0:", "://127.0.0.1:")
 
 
+def same_zmq_socket(bind: str, address: str) -> bool:
+    """Whether a bind on ``bind`` takes the socket ``address`` names: the same ipc path, or a tcp
+    port bound on that host (equal hosts, both loopback, or a wildcard bind and a loopback host).
+    Both are valid (``zmq_address_problem``)."""
+    if bind.startswith("ipc://") or address.startswith("ipc://"):
+        return bind == address
+    (bind_host, _, bind_port), (host, _, port) = bind[6:].rpartition(":"), address[6:].rpartition(":")
+    if bind_port != port:
+        return False
+    bind_host, host = bind_host.strip("[]").lower(), host.strip("[]").lower()
+    wildcard = bind_host in ("*", "0.0.0.0", "::")
+    return bind_host == host or (_loopback(host) and (wildcard or _loopback(bind_host)))
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.partition("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def check_kv_bind(routing: RoutingSettings, addresses: dict[str, str]) -> None:
+    """With ``[routing.kv_events]`` on, its ``bind`` is not an endpoint's ``kv_events`` address
+    (``addresses``: dotted path -> address): the gateway would bind the port the worker's publisher
+    binds, then connect to its own socket.
+
+    Raises:
+        ValueError: ``routing.kv_events.bind: ...`` naming the endpoint's key.
+    """
+    bind = routing.kv_events.bind
+    if not routing.kv_events.enabled or not bind:
+        return
+    for path, address in addresses.items():
+        if same_zmq_socket(bind, address):
+            raise ValueError(
+                f"routing.kv_events.bind: {bind!r} is the socket of {path} ({address!r}): the gateway binds its "
+                "bind to receive from workers that connect, while that endpoint's worker binds its own publisher "
+                "there and the gateway connects to it; one socket cannot be both. Set bind = \"\" (connect mode "
+                "only) or another port"
+            )
+
+
 class RoutingSettings(_Section):
     """How an endpoint is chosen inside a cluster (the scheduling seam; see gateway/scheduling/)."""
 
@@ -212,6 +255,34 @@ class RoutingSettings(_Section):
                 raise ValueError(f"routing.plugins[{index}]: duplicate plugin name {plugin.ref!r}{what}")
             seen.add(plugin.ref)
         return self
+
+    def is_precise(self) -> bool:
+        """Whether the policy's profile weighs a ``precise-prefix`` scorer (by type, whatever its name):
+        the one reader of ``[routing.kv_events]``."""
+        types = {plugin.ref: plugin.type for plugin in self.all_plugins()}
+        scorers = self.all_profiles()[self.policy].scorers
+        return any(types.get(ref, ref) == "precise-prefix" and weight > 0 for ref, weight in scorers.items())
+
+    def kv_events_warnings(self, addressed: int) -> list[str]:
+        """What this precise-mode setup silently lacks, given how many endpoints have a
+        ``kv_events`` address: each combination that runs, only not as configured (the scorer
+        falls back to the approximate index; events nobody reads). Logged at start-up."""
+        events = self.kv_events
+        if self.is_precise() and not events.enabled:
+            return [f"routing.policy {self.policy!r} scores by KV events but routing.kv_events.enabled is false: "
+                    "every decision falls back to the approximate prefix index"
+                    + (f" ({addressed} endpoint(s) have a kv_events address, not subscribed)" if addressed else "")]
+        if not events.enabled:
+            return [f"{addressed} endpoint(s) have a kv_events address but routing.kv_events.enabled is false: "
+                    "not subscribed"] if addressed else []
+        warnings = []
+        if not self.is_precise():
+            warnings.append(f"routing.kv_events.enabled but routing.policy {self.policy!r} has no precise-prefix "
+                            "scorer: KV events are received and never used (policy = \"prefix-precise\" uses them)")
+        if not events.bind and not addressed:
+            warnings.append("routing.kv_events.enabled with bind = \"\" and no endpoint kv_events address: no KV "
+                            "events can arrive (until a reload adds an address); precise decisions use the approximate index")
+        return warnings
 
     def all_plugins(self) -> tuple[PluginSettings, ...]:
         """Built-in plugins, then the declared ones (names are unique)."""

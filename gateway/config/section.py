@@ -6,6 +6,7 @@ every section (unknown keys are errors, values are immutable once validated).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from urllib.parse import urlsplit
 
@@ -38,25 +39,58 @@ def endpoint_url_problem(url: str) -> str | None:
     return None
 
 
-_ZMQ_TCP = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+|\*):([0-9]{1,5})")
+_PORT = re.compile(r"[1-9][0-9]{0,4}")
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_SCOPE = re.compile(r"[A-Za-z0-9_.-]+")
+_TCP_FORM = "must be tcp://HOST:PORT (port 1-65535; IPv6 in brackets) or ipc://PATH"
 
 
 def zmq_address_problem(address: str, *, wildcard: bool) -> str | None:
     """Why ``address`` cannot be a ZMQ endpoint of KV events, or None if it can.
 
-    ``tcp://HOST:PORT`` (a name, an IPv4 address or a bracketed IPv6 one; ``*`` only where
-    ``wildcard``: a bind) with a port 1-65535, or ``ipc://PATH`` with a path; printable ASCII
-    without spaces (libzmq refuses anything else only when the socket connects).
+    ``tcp://HOST:PORT`` with a port 1-65535 (no leading zero) and a host that is one of: a DNS
+    name (RFC 1123: dot-separated labels of 1-63 letters, digits and hyphens, neither starting nor
+    ending with a hyphen, 253 characters at most), an IPv4 address, a bracketed IPv6 address
+    (as :class:`ipaddress.IPv6Address` reads it; a zone ``%NAME`` of letters, digits, ``_.-``), or
+    ``*`` only where ``wildcard`` (a bind). Or ``ipc://PATH`` with a path. Printable ASCII
+    without spaces. libzmq itself refuses few of the others, and only when the socket connects;
+    most (``tcp://[.]:5601``) it accepts and then redials forever.
     """
     if not address.isascii() or not address.isprintable() or " " in address or len(address) > 1024:
         return "must be printable ASCII without spaces, at most 1024 characters"
     if address.startswith("ipc://"):
         return None if len(address) > len("ipc://") else "an ipc:// address needs a path"
-    match = _ZMQ_TCP.fullmatch(address)
-    if match is None or not 1 <= int(match.group(2)) <= 65535:
-        return "must be tcp://HOST:PORT (port 1-65535; IPv6 in brackets) or ipc://PATH"
-    if match.group(1) == "*" and not wildcard:
-        return "must name a concrete host (a wildcard is for binding)"
+    if not address.startswith("tcp://"):
+        return _TCP_FORM
+    host, colon, port = address[len("tcp://"):].rpartition(":")
+    if not colon or not host or not _PORT.fullmatch(port) or int(port) > 65535:
+        return _TCP_FORM
+    if host == "*":
+        return None if wildcard else "must name a concrete host (a wildcard is for binding)"
+    return zmq_host_problem(host)
+
+
+def zmq_host_problem(host: str) -> str | None:
+    """Why ``host`` (of ``tcp://HOST:PORT``) is not a DNS name, an IPv4 or a bracketed IPv6
+    address, or None (the rule of :func:`zmq_address_problem`)."""
+    if host.startswith("[") or host.endswith("]"):
+        inner = host[1:-1] if host.startswith("[") and host.endswith("]") else ""
+        address, percent, scope = inner.partition("%")
+        try:
+            ipaddress.IPv6Address(address)
+        except ValueError:
+            return f"host {host!r} is not a valid IPv6 address"
+        return None if not percent or _SCOPE.fullmatch(scope) else f"host {host!r}: a bad IPv6 zone"
+    if all(char.isdigit() or char == "." for char in host):  # never a name (RFC 1123, 2.1): an IPv4 address
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return f"host {host!r} is not a valid IPv4 address"
+        return None
+    if len(host) > 253 or not all(_LABEL.fullmatch(label) for label in host.split(".")):
+        return (f"host {host[:100]!r} is not a DNS name (RFC 1123: labels of 1-63 letters, digits and "
+                "hyphens, not starting or ending with a hyphen, 253 characters in all), an IPv4 address "
+                "or a bracketed IPv6 address")
     return None
 
 

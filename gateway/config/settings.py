@@ -33,7 +33,7 @@ from gateway.config.clusters import ClusterSettings, ModelSettings, RouteSetting
 from gateway.config.health import HealthSettings
 from gateway.config.keys import AuthSettings, QuotaSettings, check_named_keys
 from gateway.config.observability import LoggingSettings, MetricsSettings, TracingSettings
-from gateway.config.scheduling import RoutingSettings, StateSettings
+from gateway.config.scheduling import RoutingSettings, StateSettings, check_kv_bind
 from gateway.config.selection import SelectionSettings, check_alias_names
 from gateway.config.server import ServerSettings
 from gateway.config.upstream import CircuitSettings, UpstreamSettings
@@ -82,6 +82,11 @@ class Settings(BaseSettings):
     def _check_references(self) -> Settings:
         check_references(self.clusters, self.routes, self.models)
         check_spill(self.routes)
+        check_kv_bind(self.routing, {
+            f"clusters.{name}.endpoints.{index}.kv_events": endpoint.kv_events
+            for name, cluster in self.clusters.items() for index, endpoint in enumerate(cluster.endpoints)
+            if endpoint.kv_events
+        })
         admin_key = self.admin.api_key.get_secret_value() if self.admin.api_key else None
         if admin_key and admin_key in {key.get_secret_value() for key in self.auth.api_keys}:
             raise ValueError("admin.api_key: must differ from every client key in auth.api_keys")

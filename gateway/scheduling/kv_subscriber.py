@@ -43,7 +43,9 @@ from urllib.parse import urlsplit
 from gateway.config import ConfigError
 from gateway.endpoints.model import Endpoint
 from gateway.observability.metrics import RoutingMetrics
+from gateway.scheduling import kv_link
 from gateway.scheduling.kv_events import KvBlockSets
+from gateway.scheduling.kv_link import LinkState
 
 log = logging.getLogger("kvgate.kv_events")
 
@@ -228,6 +230,8 @@ class KvEventConnections:
     :meth:`sync` follows the registry (endpoints added, removed or readdressed at run time):
     a socket that goes also forgets its worker's block set and sequence (a new subscription
     counts from whatever batch comes next, and under-claims until the engine stores again).
+    :meth:`link` says what each socket is doing (``scheduling/kv_link.py``: connected, retrying
+    and why, refused ...), from its libzmq monitor.
     """
 
     def __init__(self, subscriber: KvEventSubscriber, sets: KvBlockSets,
@@ -237,12 +241,20 @@ class KvEventConnections:
         self._endpoints = endpoints
         self.interval_s = interval_s
         self._open: dict[str, tuple[str, Any, asyncio.Task[None]]] = {}  # endpoint -> (address, socket, reader)
+        self._watchers: dict[str, tuple[Any, asyncio.Task[None]]] = {}  # endpoint -> (monitor socket, its reader)
         self._refused: dict[str, str] = {}  # endpoint -> an address libzmq refused (logged once)
+        self._links: dict[str, LinkState] = {}  # endpoint -> its socket's state (refused ones too)
 
     @property
     def addresses(self) -> dict[str, str]:
         """Endpoint name -> the address its socket is connected to."""
         return {name: address for name, (address, _, _) in self._open.items()}
+
+    def link(self, name: str) -> dict[str, Any] | None:
+        """``{"address", "state", "error"}`` of endpoint ``name``'s socket (:data:`kv_link.STATES`), or
+        None when it has none (no ``kv_events`` address: its batches can come through the bind only)."""
+        link = self._links.get(name)
+        return link.view() if link is not None else None
 
     def sync(self) -> None:
         """Open a socket for each endpoint with a new or changed ``kv_events`` address, close the
@@ -251,24 +263,56 @@ class KvEventConnections:
         for name, (address, socket, task) in list(self._open.items()):
             if wanted.get(name) != address:
                 self._close(name, socket, task)
+        for name in [name for name, link in self._links.items() if wanted.get(name) != link.address]:
+            del self._links[name]
         for name, address in wanted.items():
             if name in self._open or self._refused.get(name) == address:
                 continue
+            previous = self._links.get(name)
+            link = self._links[name] = LinkState(address)
+            if previous is not None:  # resubscribing after its reader stopped: the reason stays visible
+                link.error = previous.error
             try:
                 socket = self._subscriber.connect(address)
             except Exception as error:  # zmq.ZMQError: an address that passed validation yet libzmq refuses
                 self._refused[name] = address
+                link.refused(error)
                 log.error("KV events of %s: cannot connect to %s (%s); its decisions use the approximate index",
                           name, address, error)
                 continue
             self._refused.pop(name, None)
+            self._watch(name, socket, link)
             task = asyncio.create_task(self._subscriber.run(socket, name), name=f"kv-events-{name}")
+            task.add_done_callback(lambda done, name=name, socket=socket: self._ended(name, socket, done))
             self._open[name] = (address, socket, task)
             self._subscriber.connected.add(name)
             log.info("KV events of %s: subscribed to %s", name, address)
 
+    def _watch(self, name: str, socket: Any, link: LinkState) -> None:
+        monitor = kv_link.monitor(socket)
+        if monitor is not None:
+            task = asyncio.create_task(kv_link.watch(monitor, link, name), name=f"kv-events-monitor-{name}")
+            self._watchers[name] = (monitor, task)
+
+    def _ended(self, name: str, socket: Any, task: asyncio.Task[None]) -> None:
+        """A reader that ended on its own (not cancelled): its error shown, its socket closed, and
+        the endpoint resubscribed at the next :meth:`sync`."""
+        if task.cancelled() or self._open.get(name, (None, None, None))[2] is not task:
+            return
+        error = task.exception() or RuntimeError("the reader returned")
+        log.error("KV events of %s: the socket's reader ended (%r); resubscribing", name, error)
+        if name in self._links:
+            self._links[name].stopped(error)
+        self._close(name, socket, task)
+
     def _close(self, name: str, socket: Any, task: asyncio.Task[None]) -> None:
         task.cancel()
+        monitor, watcher = self._watchers.pop(name, (None, None))
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(Exception):  # stop the events first: none is sent to a closed peer
+                socket.disable_monitor()
+            monitor.close(0)
         socket.close(0)  # now, even if the task never started (its finally would not run)
         del self._open[name]
         self._subscriber.connected.discard(name)
@@ -288,7 +332,7 @@ class KvEventConnections:
 
     async def aclose(self) -> None:
         """Close every socket and end every reader (safe to call twice, or before :meth:`run` started)."""
-        tasks = [task for _, _, task in self._open.values()]
+        tasks = [task for _, _, task in self._open.values()] + [task for _, task in self._watchers.values()]
         for name, (_, socket, task) in list(self._open.items()):
             self._close(name, socket, task)
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -86,8 +86,8 @@ class SchedulingService:
         self.kv_connections: KvEventConnections | None = None
         self._kv_task: asyncio.Task[None] | None = None
         self._kv_connect_task: asyncio.Task[None] | None = None
-        if not routing.kv_events.enabled and registry is not None and any(e.spec.kv_events for e in registry):
-            log.warning("endpoints have kv_events addresses but routing.kv_events.enabled is false: not subscribed")
+        for warning in routing.kv_events_warnings(sum(1 for e in registry or () if e.spec.kv_events)):
+            log.warning("%s", warning)
         if routing.kv_events.enabled:
             kv_subscriber.require_extra()
             self.kv_subscriber = KvEventSubscriber(
