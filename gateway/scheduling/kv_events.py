@@ -46,6 +46,8 @@ from typing import Any
 
 import xxhash
 
+from gateway.prefix.index import untrack
+
 log = logging.getLogger("kvgate.kv_events")
 
 _ENGINE_MEDIA = (None, "GPU")  # vLLM's MEDIUM_GPU is the engine's own cache, on vLLM-CPU too
@@ -111,12 +113,17 @@ class KvBlockSets:
         tokens = _field(event, "token_ids", 3) or []
         size = int(_field(event, "block_size", 4) or 0)
         by_vllm = self._by_vllm.setdefault(worker, {})
-        blocks = self._blocks.setdefault(worker, set())
+        blocks = self._blocks.get(worker)
+        if blocks is None:  # hashes only (ints): out of the cyclic collector's sight (prefix/index.py, untrack)
+            blocks = self._blocks[worker] = untrack(set())
         parent = ROOT if parent_vllm is None else by_vllm.get(parent_vllm)
         if size <= 0:
             return
         if parent is None:  # parent unknown (subscribed late): cannot chain; the set is incomplete until they go
-            self._orphans.setdefault(worker, set()).update(hashes)
+            orphans = self._orphans.get(worker)
+            if orphans is None:  # vLLM's hashes (ints or bytes): untracked as the block set
+                orphans = self._orphans[worker] = untrack(set())
+            orphans.update(hashes)
             if len(self._orphans[worker]) > self._max_blocks:
                 self.clear(worker)
             return

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+import sys
+
 import pytest
 
-from gateway.prefix.index import BlockLRU, PrefixIndex
+from gateway.prefix.index import BlockLRU, PrefixIndex, untrack
 
 
 def chain(tag: int, n: int, shared: int = 0) -> list[int]:
@@ -101,3 +104,22 @@ def test_load_appends_a_snapshot_in_order_and_evicts_over_capacity() -> None:
     lru = BlockLRU(3)
     lru.load([(1, 10), (2, 20), (3, 30), (4, 40)])
     assert list(lru._entries.items()) == [(2, 20), (3, 30), (4, 40)]
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython", reason="PyObject_GC_UnTrack is CPython's")
+def test_an_lru_is_out_of_the_cyclic_collectors_sight_and_works_the_same() -> None:
+    """Its entries are ints: a full collection need not visit them (prefix/index.py, untrack)."""
+    lru = BlockLRU(4)
+    assert not gc.is_tracked(lru._entries)
+    lru.insert([1, 2, 3])
+    lru.touch([1, 2], [9], stamp=5)
+    lru.insert([7, 8])
+    assert not gc.is_tracked(lru._entries)  # inserting ints never tracks it again
+    assert lru.match([1, 2, 3]) == 1 and 2 not in lru and 3 not in lru and len(lru) == 4  # 3 and 2 were the oldest
+    gc.collect()
+    assert lru.match([1, 2]) == 1 and lru.match([7, 8]) == 2 and 9 in lru
+
+
+def test_untrack_returns_the_container() -> None:
+    entries: set[int] = {1, 2}
+    assert untrack(entries) is entries and entries == {1, 2}

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import gc
+import sys
+
+import pytest
+
 from gateway.scheduling.kv_events import KvBlockSets
 
 TOKENS = list(range(1000, 1000 + 896))  # 7 blocks of 128, as the recorded BlockStored
@@ -44,3 +49,11 @@ def test_bounded() -> None:
     sets = KvBlockSets(max_blocks=5)
     sets.apply("w0", [stored(list(range(1, 8)), None, TOKENS)])
     assert sets.size("w0") == 0
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython", reason="PyObject_GC_UnTrack is CPython's")
+def test_block_sets_are_out_of_the_cyclic_collectors_sight() -> None:
+    sets = KvBlockSets()
+    sets.apply("w", [stored([11, 12], None, list(range(32)), 16), stored([21], 999, list(range(16)), 16)])
+    assert sets._blocks["w"] and not gc.is_tracked(sets._blocks["w"])
+    assert sets._orphans["w"] == {21} and not gc.is_tracked(sets._orphans["w"])
