@@ -62,7 +62,7 @@ from gateway.protocol.api_request import ApiRequest
 from gateway.protocol.apis import Api, ApiCall
 from gateway.protocol.openai import InferenceRequest, Operation
 from gateway.protocol.typed_events import openai_usage
-from gateway.protocol.validation import check_content_type
+from gateway.protocol.validation import check_content_encoding, check_content_type
 from gateway.relay import ClientDisconnected, StreamRelay
 from gateway.selection.route import Route
 from gateway.state.response_affinity import (
@@ -244,6 +244,7 @@ class ApiDirector:
         proxy = self._proxy
         if raw:
             check_content_type(headers.get("content-type"))
+            check_content_encoding(headers.get("content-encoding"))
         turns = proxy.turns
         if turns is not None and len(raw) >= turns.min_bytes:
             await turns.turn()  # one heavy step per loop turn (gateway/turns.py)

@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from opentelemetry.sdk.trace import TracerProvider
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from gateway import __version__
 from gateway.admission.gate import AdmissionGate
@@ -36,7 +37,7 @@ from gateway.api.middleware import RequestIdMiddleware
 from gateway.endpoints.health import HealthChecker
 from gateway.endpoints.registry import EndpointRegistry
 from gateway.endpoints.allowlist import ConnectGuard, Resolver, system_resolver
-from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedError
+from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, NotFoundError
 from gateway.observability.metrics import GatewayMetrics
 from gateway.api_director import ApiDirector
 from gateway.background_usage import BackgroundUsage
@@ -103,17 +104,35 @@ async def _on_gateway_error(request: Request, error: Exception) -> Response:
 async def _on_http_exception(request: Request, error: Exception) -> Response:
     assert isinstance(error, StarletteHTTPException)
     path = request.url.path
-    if error.status_code == 405:  # Starlette's carries the route's ``Allow``
-        allowed = (error.headers or {}).get("Allow") or (error.headers or {}).get("allow")
+    if error.status_code == 405:  # Starlette's ``Allow`` is the first matching route's: every route at the path counts
+        allowed = _allowed_methods(request) or (error.headers or {}).get("Allow") or (error.headers or {}).get("allow")
         text = f"Method {request.method} is not allowed on {path}" + (f"; allowed: {allowed}." if allowed else ".")
         return _error_response(MethodNotAllowedError(text, headers={"Allow": allowed} if allowed else None), path)
     if error.status_code == 404:
+        if path == "/admin" or path.startswith("/admin/"):
+            unknown = NotFoundError(f"Unknown admin path: {request.method} {path} (README.md, Operations: admin API).")
+            return _error_response(unknown, path)
         return _error_response(unknown_path(request.method, path), path)
     if 400 <= error.status_code < 500:  # e.g. FastAPI's 400 for a body that is not JSON
         invalid = InvalidRequestError(str(error.detail))
         invalid.status = error.status_code
         return _error_response(invalid)
     return _error_response(GatewayError(str(error.detail)))
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+
+
+def _allowed_methods(request: Request) -> str | None:
+    """Every method some route serves at the request's path (RFC 9110 ``Allow``), sorted; None if
+    none. Each method is asked of the router's routes (``Route.matches``: a full match serves it),
+    so included routers count without reading FastAPI's internals."""
+    routes = request.app.router.routes
+    allowed = [
+        method for method in _METHODS
+        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes)
+    ]
+    return ", ".join(allowed) or None
 
 
 async def _on_validation_error(request: Request, error: Exception) -> Response:

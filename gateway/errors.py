@@ -234,7 +234,9 @@ def error_message_of(raw: bytes, status: int | None = None, *, relay_text: bool 
     """A human message from an endpoint's error body, never its raw page.
 
     An OpenAI-shaped (``{"error": {"message"}}``) or flat (``{"message"}``) JSON body gives its
-    message (500 characters at most). Any other body is summarised as the status and a short
+    message (500 characters at most), as do the other servers' shapes: a string ``error`` (TGI,
+    SGLang: ``{"error": "...", "error_type": ...}``) and FastAPI's ``detail``, a string or
+    pydantic's list of ``{"loc", "msg"}`` (``temperature: Input should be ...``). Any other body is summarised as the status and a short
     reason (``Bad Gateway (a non-JSON body of 1234 bytes, not relayed)``): an HTML error page or
     a ``Traceback`` never reaches a client. With ``relay_text`` (the endpoint's own 4xx), one
     short line of plain text (at most 200 characters, no markup) is still relayed as it came.
@@ -249,16 +251,37 @@ def error_message_of(raw: bytes, status: int | None = None, *, relay_text: bool 
             return error["message"][:500]
         if isinstance(parsed.get("message"), str):
             return parsed["message"][:500]
+        if isinstance(error, str) and error.strip():
+            return error[:500]
+        detail = _detail(parsed.get("detail"))
+        if detail:
+            return detail[:500]
     if relay_text and parsed is None:
         text = raw.decode("utf-8", "replace").strip()
         if text and len(text) <= 200 and "\n" not in text and not text.startswith("<") and "Traceback" not in text:
             return text
-    return _summary(raw, status)
+    return _summary(raw, status, json=parsed is not None)
 
 
-def _summary(raw: bytes, status: int | None) -> str:
+def _detail(detail: object) -> str | None:
+    """FastAPI's ``detail``: a string, or pydantic's errors as ``field: msg; ...`` (None otherwise)."""
+    if isinstance(detail, str):
+        return detail.strip() or None
+    if not isinstance(detail, list):
+        return None
+    parts = []
+    for item in detail[:10]:
+        if isinstance(item, dict) and isinstance(item.get("msg"), str):
+            where = ".".join(str(part) for part in item.get("loc") or () if part != "body") if isinstance(
+                item.get("loc"), list) else ""
+            parts.append(f"{where}: {item['msg']}" if where else item["msg"])
+    return "; ".join(parts) or None
+
+
+def _summary(raw: bytes, status: int | None, *, json: bool = False) -> str:
     try:
         reason = HTTPStatus(status).phrase if status is not None else "Error"
     except ValueError:
         reason = "Error"
-    return f"{reason} (a non-JSON body of {len(raw)} bytes, not relayed)"
+    what = "a JSON body with no message" if json else "a non-JSON body"
+    return f"{reason} ({what} of {len(raw)} bytes, not relayed)"

@@ -62,7 +62,7 @@ from gateway.protocol.apis import BY_NAME, ApiCall
 from gateway.protocol.offload import ParseOffload
 from gateway.protocol.openai import InferenceRequest, Operation, parse_request
 from gateway.protocol.sse import StreamObserver
-from gateway.protocol.validation import check_content_type
+from gateway.protocol.validation import check_content_encoding, check_content_type
 from gateway.relay import ClientDisconnected, StreamRelay
 from gateway.scheduling.scheduler import Decision, Scheduler
 from gateway.selection.catalog import ModelCatalog
@@ -143,6 +143,7 @@ class Proxy:
         if type(operation) is ApiCall:
             return await self.apis.handle(operation, headers, raw, state, watch, key)
         check_content_type(headers.get("content-type"))
+        check_content_encoding(headers.get("content-encoding"))
         turns = self.turns
         if turns is not None and len(raw) >= turns.min_bytes:
             await turns.turn()  # one heavy step per loop turn (gateway/turns.py)

@@ -238,11 +238,12 @@ class Edge:
                 return 499
             except GatewayError as error:
                 body = error.body() if type(operation) is not ApiCall else operation.api.error_body(error)
-                pending = self._write(door, error.status, JSON, body, _with_id(error_headers(error), raw_id), seen)
+                pending = self._write(door, error.status, JSON, body, _with_id(error_headers(error), raw_id, operation), seen)
                 if pending is not None:
                     await pending
                 return error.status
-            extra = _with_id([(name.encode("latin-1"), value.encode("latin-1")) for name, value in route_headers.items()], raw_id)
+            extra = _with_id([(name.encode("latin-1"), value.encode("latin-1")) for name, value in route_headers.items()],
+                             raw_id, operation)
             if isinstance(reply, BufferedReply):
                 try:
                     pending = self._write(door, reply.status, reply.content_type.encode("latin-1"), reply.body, extra, seen)
@@ -310,9 +311,12 @@ def _authenticate(gate: Any, operation: Operation | ApiCall, headers: dict[str, 
         ) from None
 
 
-def _with_id(headers: Headers, raw_id: bytes) -> Headers:
-    """``headers`` with ``x-request-id: raw_id`` appended (in place)."""
+def _with_id(headers: Headers, raw_id: bytes, operation: Operation | ApiCall | None = None) -> Headers:
+    """``headers`` with ``x-request-id: raw_id`` appended (in place); on an API that takes Anthropic's
+    headers (``/v1/messages*``) also ``request-id``, where Anthropic's SDK reads a request's id."""
     headers.append((b"x-request-id", raw_id))
+    if type(operation) is ApiCall and operation.api.client_headers:
+        headers.append((b"request-id", raw_id))
     return headers
 
 

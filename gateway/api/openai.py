@@ -26,6 +26,7 @@ from fastapi import FastAPI, Request, Response
 from starlette.routing import Route
 
 from gateway.api.edge import INFERENCE_PATHS, Edge, check_body_size
+from gateway.errors import ModelNotFoundError
 from gateway.protocol.apis import ApiCall, call_for
 from gateway.protocol.openai import Operation
 from gateway.relay import race_disconnect
@@ -131,6 +132,21 @@ async def list_models(request: Request) -> Response:
     return container.json({"object": "list", "data": data})
 
 
+async def retrieve_model(request: Request) -> Response:
+    """``GET /v1/models/{model}``: the model object ``GET /v1/models`` lists (a public name, an alias
+    or a cluster the key may use); 404 ``model_not_found`` otherwise, as OpenAI answers (a name the
+    key may not use reads as unknown: its existence is not the key's business)."""
+    container = request.app.state.container
+    key = container.ops.gate.authenticate(request.headers.get("authorization"))
+    model = request.path_params["model"]
+    entry = container.catalog.resolve(model)  # ModelNotFoundError (404) for an unknown name
+    if not key.limits.allows(model):
+        raise ModelNotFoundError(f"The model `{model}` does not exist or you do not have access to it.", param="model")
+    serves = _serves(container.settings.clusters.get(entry.cluster))
+    return container.json({"id": model, "object": "model", "created": container.started_at, "owned_by": "kvgate",
+                           "serves": serves})
+
+
 def _serves(cluster: Any) -> str:
     """What a model's primary cluster serves: ``generate`` or ``pooling`` (``[clusters.NAME] serves``)."""
     return getattr(cluster, "serves", "generate") if cluster is not None else "generate"
@@ -140,4 +156,5 @@ routes = [
     Route("/v1/chat/completions", _Inference(), methods=["POST"]),
     Route("/v1/completions", _Inference(), methods=["POST"]),
     Route("/v1/models", list_models, methods=["GET"]),
+    Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
 ]

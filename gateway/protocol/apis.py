@@ -170,5 +170,5 @@ def unknown_path(method: str, path: str) -> NotFoundError | MethodNotAllowedErro
     if methods:
         return MethodNotAllowedError(f"Method {method} is not allowed on {path}; allowed: {', '.join(methods)}.",
                                      headers={"Allow": ", ".join(methods)})
-    return NotFoundError(f"Unknown path: {method} {path}. kvgate routes: {', '.join(supported_paths())} "
-                         "(docs/apis.md).")
+    routes = [*supported_paths(), "GET /v1/models", "GET /v1/models/{model}"]
+    return NotFoundError(f"Unknown path: {method} {path}. kvgate routes: {', '.join(routes)} (docs/apis.md).")

@@ -294,3 +294,22 @@ def check_content_type(value: str | None) -> None:
         raise UnsupportedMediaTypeError(
             f"Content-Type must be application/json, got {shown!r}.", param="Content-Type"
         )
+
+
+def check_content_encoding(value: str | None) -> None:
+    """Raise UnsupportedMediaTypeError (415, ``Accept-Encoding: identity``, RFC 7694) unless the
+    request body is sent as it is: no ``Content-Encoding`` header, or only ``identity``.
+
+    kvgate does not decompress request bodies (a gzip body read as JSON was a misleading 400, and
+    a body declared ``br`` but sent plain was accepted as if it were plain).
+    """
+    if value is None:
+        return
+    codings = [coding.strip().lower() for coding in value.split(",")]
+    if all(coding in ("", "identity") for coding in codings):
+        return
+    shown = value.strip()[:64]
+    raise UnsupportedMediaTypeError(
+        f"Content-Encoding {shown!r} is not supported: send the request body uncompressed.",
+        param="Content-Encoding", headers={"Accept-Encoding": "identity"},
+    )

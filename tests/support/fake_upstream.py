@@ -16,7 +16,8 @@ Scripts:
     status:NNN     answer HTTP NNN with an OpenAI-shaped error body, message ``fake upstream says
                    NNN`` (429 adds ``Retry-After: 7``). ``status:NNN:text`` sends that message as
                    plain text, ``status:NNN:flat`` as ``{"object": "error", "message": ...}`` (the
-                   error shape of older vLLM and SGLang servers).
+                   error shape of older vLLM and SGLang servers), ``status:NNN:fastapi`` as FastAPI's
+                   validation error (``{"detail": [{"loc": ["body", "temperature"], "msg": ...}]}``).
     inband_error   stream: a role chunk, then one write holding a content chunk, ``data: {"error":
                    ...}`` and ``[DONE]``; status 200.
     first_error    stream: ``data: {"error": ...}`` as the very first event, status 200.
@@ -216,6 +217,10 @@ class FakeUpstream:
         headers = {"Retry-After": "7"} if status == 429 else None
         if style == ["text"]:
             return web.Response(text=message, status=status, headers=headers)
+        if style == ["fastapi"]:  # a FastAPI server's own request validation (pydantic's errors)
+            detail = [{"type": "less_than_equal", "loc": ["body", "temperature"],
+                       "msg": "Input should be less than or equal to 2", "input": 5}]
+            return web.json_response({"detail": detail}, status=status, headers=headers)
         if style == ["flat"]:  # vLLM's and SGLang's older ErrorResponse
             flat = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": status}
             return web.json_response(flat, status=status, headers=headers)

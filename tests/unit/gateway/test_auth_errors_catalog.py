@@ -57,7 +57,14 @@ def test_upstream_client_error_answers_in_openai_shape(status: int, raw: bytes, 
         (b"one short line", 400, True, "one short line"),
         (b"Traceback (most recent call last): x", 400, True, "Bad Request (a non-JSON body of 36 bytes, not relayed)"),
         (b"a\nb", 400, True, "Bad Request (a non-JSON body of 3 bytes, not relayed)"),
-        (b"[1, 2]", 599, False, "Error (a non-JSON body of 6 bytes, not relayed)"),
+        (b"[1, 2]", 599, False, "Error (a JSON body with no message of 6 bytes, not relayed)"),
+        # other servers' JSON shapes: TGI / SGLang's string error, FastAPI's detail (a string or pydantic's list)
+        (b'{"error": "Input validation error: bad", "error_type": "validation"}', 422, True, "Input validation error: bad"),
+        (b'{"detail": "Not Found"}', 404, True, "Not Found"),
+        (b'{"detail": [{"loc": ["body", "temperature"], "msg": "bad"}, {"loc": ["query", "x"], "msg": "worse"}]}', 422,
+         True, "temperature: bad; query.x: worse"),
+        (b'{"detail": [{"msg": "no place"}]}', 422, True, "no place"),
+        (b'{"detail": [1, {"loc": "body"}]}', 422, True, "Unprocessable Entity (a JSON body with no message of 32 bytes, not relayed)"),
     ],
 )
 def test_error_message_of_never_relays_a_page(raw: bytes, status: int, relay_text: bool, expected: str) -> None:
