@@ -1,18 +1,41 @@
 """Quota arithmetic, pure: sliding-window rate limits, calendar budget periods, Retry-After.
 
-Requests per minute (RPM) and tokens per minute (TPM) use the *sliding window counter*
-(Cloudflare, "How we built rate limiting capable of scaling to millions of domains", 2017): two
-fixed one-minute counters, the current and the previous one, and the estimate
+Requests per minute (RPM) up to :data:`RPM_LOG_MAX` use a *sliding log*: the times of the
+requests admitted in the last 60 s, and a request is admitted iff fewer than ``rpm`` of them lie
+in ``(now - 60, now]``. It is exact ("N requests in any 60 s"); a refusal's Retry-After is when
+the logged time that must leave the window for one more request to fit has left it:
+``ceil(t + 60 - now)``, at least 1 s, where ``t`` is the oldest logged time when the log holds
+``rpm`` of them (the ``n - rpm``-th oldest of ``n`` if the limit was lowered since). A log holds
+at most ``rpm`` times per key, so its memory is bounded by the limit (the "sliding window log";
+Figma, "An alternative approach to rate limiting", 2017, keeps it in a Redis sorted set, as here).
+A limit changed live across the threshold starts on an empty log or counter: for that minute
+the key may be admitted up to its limit once more.
+
+RPM above :data:`RPM_LOG_MAX`, and tokens per minute (TPM) always, use the *sliding window
+counter* (Cloudflare, "How we built rate limiting capable of scaling to millions of domains",
+2017): two fixed one-minute counters, the current and the previous one, and the estimate
 
     used = previous * (1 - elapsed / 60) + current
 
 where ``elapsed`` is the seconds since the current minute began. It needs two integers per key
 and limit, never lets a burst at a minute boundary double the limit as a fixed window does, and
-is exact when traffic is even over the previous minute.
+is exact when traffic is even over the previous minute. But ``used`` is fractional and a request
+counts 1: a client that retries when told loses about one request per minute to the rounding
+(rpm = 1 admits one request per two minutes, Retry-After up to 120 s; rpm = 2 about 1.05 per
+minute, 5 about 4.05, 100 about 99.05, 1000 about 999.2; measured with :func:`decide`). Hence
+the threshold ``RPM_LOG_MAX = 1000``: above it the counter's loss is under 0.1%, at or below it a
+log holds at most 1000 times per key: in Redis a ZSET of about 120 B a request (118 KB for a key
+at a limit of 1000, 5 KB up to 128 requests, the compact listpack encoding), only while the key
+has had requests in the last minute; the script costs the same round trip as the counter's.
+TPM stays on the counter: its amounts are reservations corrected at settlement, which a log of
+times would have to hold per request too; its rounding can cost up to about one request's
+reservation a minute, a small share when the limit is many requests' worth.
 
 Admission, all or nothing (the same rules run in Redis as one Lua script, ``quota_store.py``):
 
-* RPM: admitted if ``used + 1 <= rpm``; the request is counted at once.
+* RPM: admitted if fewer than ``rpm`` times are logged in the last 60 s (the sliding log), or,
+  above :data:`RPM_LOG_MAX`, if ``used + 1 <= rpm``; the request is counted at once, and an
+  admitted request stays counted whatever its outcome (settlement never returns RPM).
 * TPM: admitted if ``used + reserve <= tpm``, or if ``used == 0`` (a single request larger than
   the whole limit is still let through an idle window rather than refused forever). ``reserve``
   (:class:`Reservation`) estimates the request's whole total: its prompt tokens plus its output
@@ -49,17 +72,22 @@ from gateway.keys.model import KeyLimits
 
 WINDOW_S = 60
 MICRO_USD = 1_000_000
+RPM_LOG_MAX = 1000  # RPM limits up to this use the exact sliding log (see the module docstring)
 
 
 @dataclass(frozen=True, slots=True)
 class Counters:
-    """The counters one admission reads: previous/current minute of RPM and TPM, period spend."""
+    """The counters one admission reads: previous/current minute of RPM and TPM, period spend;
+    for a logged RPM limit, the times logged in the last minute and the one that must leave the
+    window before one more request fits (``rpm_pivot``, meaningful when ``rpm_logged >= rpm``)."""
 
     rpm_prev: float = 0
     rpm_curr: float = 0
     tpm_prev: float = 0
     tpm_curr: float = 0
     spent_micro_usd: float = 0
+    rpm_logged: int = 0
+    rpm_pivot: float = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +135,11 @@ def wait_until_fits(prev: float, curr: float, cost: float, limit: float, fractio
         return _whole_seconds(remaining)
     needed = 1.0 - max(room_next, 0.0) / curr
     return _whole_seconds(remaining + needed * window_s)
+
+
+def log_wait(pivot: float, now: float, window_s: int = WINDOW_S) -> int:
+    """Whole seconds until the logged time ``pivot`` leaves the window ``(now - 60, now]`` (>= 1)."""
+    return max(1, math.ceil(pivot + window_s - now))
 
 
 def _whole_seconds(seconds: float) -> int:
@@ -157,16 +190,23 @@ def estimate_prompt_tokens(body_bytes: int) -> int:
     return max(1, body_bytes // 4)
 
 
-def decide(limits: KeyLimits, counters: Counters, now: float, reserve: int, reserve_cost: int = 0) -> Verdict:
+def decide(
+    limits: KeyLimits, counters: Counters, now: float, reserve: int, reserve_cost: int = 0, *, rpm_log_max: int = RPM_LOG_MAX
+) -> Verdict:
     """Admit or refuse one request; pure mirror of the Lua script in ``quota_store.py``.
 
-    ``reserve``: tokens, ``reserve_cost``: micro-USD the request would hold (see the module docstring).
+    ``reserve``: tokens, ``reserve_cost``: micro-USD the request would hold (see the module
+    docstring); ``rpm_log_max``: the largest RPM limit kept as a sliding log.
     """
     fraction = elapsed_fraction(now)
-    if limits.rpm is not None:
+    rpm = limits.rpm
+    if rpm is not None and rpm <= rpm_log_max:
+        if counters.rpm_logged >= rpm:
+            return Verdict(False, "rpm", log_wait(counters.rpm_pivot, now))
+    elif rpm is not None:
         used = sliding_used(counters.rpm_prev, counters.rpm_curr, fraction)
-        if used + 1 > limits.rpm:
-            wait = wait_until_fits(counters.rpm_prev, counters.rpm_curr, 1, limits.rpm, fraction)
+        if used + 1 > rpm:
+            wait = wait_until_fits(counters.rpm_prev, counters.rpm_curr, 1, rpm, fraction)
             return Verdict(False, "rpm", wait)
     if limits.tpm is not None:
         used = sliding_used(counters.tpm_prev, counters.tpm_curr, fraction)

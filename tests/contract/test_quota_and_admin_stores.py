@@ -1,11 +1,13 @@
 """Contract suite of the QuotaStore and AdminStore seams: in memory and in the real Redis at
 127.0.0.1:6379 (a unique key prefix per test, every key removed afterwards). Both implementations
 must give the same answers to the same table of calls; Redis must also hold them atomically under
-concurrent admissions."""
+concurrent admissions. RPM limits run on both paths: the sliding log (``rpm <= RPM_LOG_MAX``, the
+default) and the sliding-window counter (stores made with ``rpm_log_max=0``)."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -42,6 +44,15 @@ def quotas(request: pytest.FixtureRequest, redis: tuple[Redis, str]) -> Any:
 
 
 @pytest.fixture(params=["memory", "redis"])
+def counter_quotas(request: pytest.FixtureRequest, redis: tuple[Redis, str]) -> Any:
+    """Stores whose every RPM limit is above the log threshold: the sliding-window counter."""
+    client, prefix = redis
+    if request.param == "memory":
+        return MemoryQuotaStore(rpm_log_max=0)
+    return RedisQuotaStore(client, prefix, retention_days=2, rpm_log_max=0)
+
+
+@pytest.fixture(params=["memory", "redis"])
 def admin_store(request: pytest.FixtureRequest, redis: tuple[Redis, str]) -> Any:
     client, prefix = redis
     return MemoryAdminStore() if request.param == "memory" else RedisAdminStore(client, prefix)
@@ -49,7 +60,13 @@ def admin_store(request: pytest.FixtureRequest, redis: tuple[Redis, str]) -> Any
 
 SEQUENCES = [
     # (id, limits, [(seconds after NOW, reserve, expected verdict)])
-    ("rpm", KeyLimits(rpm=2), [(0, 0, Verdict(True)), (1, 0, Verdict(True)), (2, 0, Verdict(False, "rpm", 78)), (130, 0, Verdict(True))]),
+    ("rpm 1", KeyLimits(rpm=1), [(0.25, 0, Verdict(True)), (0.5, 0, Verdict(False, "rpm", 60)), (59.75, 0, Verdict(False, "rpm", 1)),
+                                 (60.25, 0, Verdict(True)), (61, 0, Verdict(False, "rpm", 60))]),
+    ("rpm 2", KeyLimits(rpm=2), [(0, 0, Verdict(True)), (1, 0, Verdict(True)), (2, 0, Verdict(False, "rpm", 58)),
+                                 (59.5, 0, Verdict(False, "rpm", 1)), (60, 0, Verdict(True)), (61, 0, Verdict(True)),
+                                 (61.25, 0, Verdict(False, "rpm", 59)), (130, 0, Verdict(True))]),
+    ("rpm 5", KeyLimits(rpm=5), [*((t, 0, Verdict(True)) for t in (0.1, 10.2, 20.3, 30.4, 40.5)), (50, 0, Verdict(False, "rpm", 11)),
+                                 (60.1, 0, Verdict(True)), (60.2, 0, Verdict(False, "rpm", 10)), (70.2, 0, Verdict(True))]),
     ("tpm", KeyLimits(tpm=100), [(0, 80, Verdict(True)), (0, 30, Verdict(False, "tpm", 58)), (0, 20, Verdict(True))]),
     ("budget unused", KeyLimits(budget_usd=1.0), [(0, 0, Verdict(True)), (0, 0, Verdict(True))]),
 ]
@@ -60,6 +77,63 @@ async def test_admission_sequences(quotas: Any, limits: KeyLimits, calls: list[t
     key = f"k-{uuid.uuid4().hex[:6]}"
     for offset, reserve, verdict in calls:
         assert await quotas.admit(key, limits, NOW + offset, reserve) == verdict
+
+
+async def test_rpm_counter_sequence_above_the_log_threshold(counter_quotas: Any) -> None:
+    limits = KeyLimits(rpm=2)
+    for offset, verdict in [(0, Verdict(True)), (1, Verdict(True)), (2, Verdict(False, "rpm", 78)), (130, Verdict(True))]:
+        assert await counter_quotas.admit("k", limits, NOW + offset, 0) == verdict
+
+
+@pytest.mark.parametrize("rpm", [1, 2, 5])
+async def test_a_client_retrying_when_told_gets_exactly_rpm_a_minute(quotas: Any, rpm: int) -> None:
+    limits, now, admitted = KeyLimits(rpm=rpm), NOW + 0.375, []
+    while now < NOW + 300:
+        verdict = await quotas.admit("k", limits, now, 0)
+        window = sorted(t for t in admitted if now - 60 < t <= now)
+        if len(window) < rpm:
+            assert verdict == Verdict(True)
+            admitted.append(now)
+            now += 0.5
+        else:
+            assert verdict == Verdict(False, "rpm", max(1, math.ceil(window[-rpm] + 60 - now)))
+            now += verdict.retry_after_s
+    assert len(admitted) == 5 * rpm
+
+
+async def test_a_request_refused_by_another_limit_is_not_logged(quotas: Any) -> None:
+    limits = KeyLimits(rpm=2, tpm=100)
+    assert await quotas.admit("k", limits, NOW, 80) == Verdict(True)
+    assert (await quotas.admit("k", limits, NOW + 1, 30)).limit == "tpm"  # all or nothing: not counted for RPM
+    assert await quotas.admit("k", limits, NOW + 2, 10) == Verdict(True)
+    assert await quotas.admit("k", limits, NOW + 3, 1) == Verdict(False, "rpm", 57)
+
+
+async def test_a_lowered_limit_waits_for_the_right_logged_request(quotas: Any) -> None:
+    for offset in (0, 10, 20, 30, 40):
+        assert (await quotas.admit("k", KeyLimits(rpm=5), NOW + offset, 0)).allowed
+    # 5 logged, the limit now 2: two may remain, so the 4th oldest (at +30) must leave first
+    assert await quotas.admit("k", KeyLimits(rpm=2), NOW + 45, 0) == Verdict(False, "rpm", 45)
+    assert await quotas.admit("k", KeyLimits(rpm=2), NOW + 90.5, 0) == Verdict(True)
+
+
+async def test_a_clock_stepping_back_is_logged_in_order(quotas: Any) -> None:
+    limits = KeyLimits(rpm=2)
+    assert (await quotas.admit("k", limits, NOW + 10, 0)).allowed
+    assert (await quotas.admit("k", limits, NOW + 5, 0)).allowed  # another replica's clock, behind
+    assert await quotas.admit("k", limits, NOW + 12, 0) == Verdict(False, "rpm", 53)
+    assert await quotas.admit("k", limits, NOW + 65.5, 0) == Verdict(True)
+
+
+async def test_the_redis_log_is_bounded_by_the_limit_and_expires(redis: tuple[Redis, str]) -> None:
+    client, prefix = redis
+    store = RedisQuotaStore(client, prefix, retention_days=2)
+    verdicts = [await store.admit("k", KeyLimits(rpm=3), NOW + i, 0) for i in range(10)]
+    assert sum(v.allowed for v in verdicts) == 3
+    keys = [k async for k in client.scan_iter(match=prefix + "*")]
+    assert keys == [f"{prefix}q:{{k}}:rpm:log".encode()]  # no minute counters on the log path
+    assert await client.zcard(keys[0]) == 3
+    assert 60_000 < await client.pttl(keys[0]) <= 65_000
 
 
 async def test_settlement_spends_corrects_tpm_and_records_usage(quotas: Any) -> None:
@@ -117,6 +191,15 @@ async def test_concurrent_admissions_never_exceed_the_limit(redis: tuple[Redis, 
     verdicts = await asyncio.gather(*(replicas[i % 2].admit("k", limits, NOW, 0) for i in range(60)))
     assert sum(v.allowed for v in verdicts) == 25
     await replicas[1]._redis.aclose()
+
+
+async def test_concurrent_admissions_never_exceed_the_counted_limit(redis: tuple[Redis, str]) -> None:
+    client, prefix = redis
+    other = Redis.from_url(REDIS_URL)
+    replicas = [RedisQuotaStore(client, prefix, 1, rpm_log_max=0), RedisQuotaStore(other, prefix, 1, rpm_log_max=0)]
+    verdicts = await asyncio.gather(*(replicas[i % 2].admit("k", KeyLimits(rpm=25), NOW, 0) for i in range(60)))
+    assert sum(v.allowed for v in verdicts) == 25
+    await other.aclose()
 
 
 async def test_redis_errors_become_state_store_errors() -> None:

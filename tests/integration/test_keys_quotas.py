@@ -114,11 +114,13 @@ def test_requests_per_minute_hold_across_replicas(pair: Pair, http: httpx.Client
         assert _chat(gateway, http, created["key"]).status_code == 200
     refused = _chat(second, http, created["key"])
     _assert_429(refused, "rate_limit_exceeded")
-    # 50 s until this minute ends, then 20 s until 3 * (1 - f) + 1 <= 3 in the sliding window
-    assert refused.headers["retry-after"] == "70"
-    wall.now += 120  # two minutes later both windows are empty
+    # the sliding log: the first of the three leaves the last 60 s in 60 s (the wall clock stands still)
+    assert refused.headers["retry-after"] == "60"
+    wall.now += 59
+    assert _chat(second, http, created["key"]).headers["retry-after"] == "1"
+    wall.now += 1  # exactly 60 s after the first
     assert _chat(second, http, created["key"]).status_code == 200
-    assert first.metric("kvgate_quota_refusals_total", limit="rpm") + second.metric("kvgate_quota_refusals_total", limit="rpm") == 1
+    assert first.metric("kvgate_quota_refusals_total", limit="rpm") + second.metric("kvgate_quota_refusals_total", limit="rpm") == 2
 
 
 def test_tokens_per_minute_hold_across_replicas(pair: Pair, http: httpx.Client) -> None:

@@ -141,7 +141,7 @@ async def test_gate_refuses_models_outside_the_list_and_counts_quotas() -> None:
     assert await gate.admit(key, "m", 100) == Admission(key, 0)
     with pytest.raises(RateLimitError) as refused:
         await gate.admit(key, "m", 100)
-    assert refused.value.status == 429 and refused.value.headers["Retry-After"] == "110"
+    assert refused.value.status == 429 and refused.value.headers["Retry-After"] == "60"
     assert refused.value.code == "rate_limit_exceeded" and errors == []
 
 

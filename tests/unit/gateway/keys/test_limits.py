@@ -1,4 +1,4 @@
-"""Quota arithmetic, table-driven: sliding windows, Retry-After, calendar periods, admission."""
+"""Quota arithmetic, table-driven: sliding windows and logs, Retry-After, calendar periods, admission."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from gateway.keys.limits import (
     decide,
     elapsed_fraction,
     estimate_prompt_tokens,
+    log_wait,
     period_bounds,
     sliding_used,
     wait_until_fits,
@@ -82,20 +83,50 @@ def test_prompt_estimate(size: int, tokens: int) -> None:
 DAY_END = _at(2027, 1, 14) - NOW
 
 DECISIONS = [
-    # (id, limits, counters, reserve, verdict)
-    ("no limits", KeyLimits(), Counters(rpm_curr=10**9), 0, Verdict(True)),
-    ("rpm room", KeyLimits(rpm=3), Counters(rpm_curr=2), 0, Verdict(True)),
-    ("rpm full", KeyLimits(rpm=3), Counters(rpm_curr=3), 0, Verdict(False, "rpm", 70)),
-    ("rpm previous minute counts", KeyLimits(rpm=3), Counters(rpm_prev=4), 0, Verdict(False, "rpm", 20)),
+    # (id, limits, counters, reserve, verdict); RPM up to RPM_LOG_MAX: the sliding log
+    ("no limits", KeyLimits(), Counters(rpm_curr=10**9, rpm_logged=10**9), 0, Verdict(True)),
+    ("rpm log room", KeyLimits(rpm=3), Counters(rpm_logged=2), 0, Verdict(True)),
+    ("rpm log full", KeyLimits(rpm=3), Counters(rpm_logged=3, rpm_pivot=NOW - 15), 0, Verdict(False, "rpm", 45)),
+    ("rpm log full, the oldest just now", KeyLimits(rpm=1), Counters(rpm_logged=1, rpm_pivot=NOW), 0, Verdict(False, "rpm", 60)),
+    ("rpm log ignores the minute counters", KeyLimits(rpm=3), Counters(rpm_prev=9, rpm_curr=9), 0, Verdict(True)),
     ("tpm empty window admits a big request", KeyLimits(tpm=10), Counters(), 500, Verdict(True)),
     ("tpm reserve fits", KeyLimits(tpm=100), Counters(tpm_curr=50), 50, Verdict(True)),
     ("tpm reserve does not fit", KeyLimits(tpm=100), Counters(tpm_curr=60), 50, Verdict(False, "tpm", 60)),
     ("budget left", KeyLimits(budget_usd=1.0), Counters(spent_micro_usd=999_999), 0, Verdict(True)),
     ("budget spent", KeyLimits(budget_usd=1.0, budget_period="day"), Counters(spent_micro_usd=10**6), 0, Verdict(False, "budget", DAY_END)),
-    ("rpm checked first", KeyLimits(rpm=1, budget_usd=1.0), Counters(rpm_curr=1, spent_micro_usd=10**7), 0, Verdict(False, "rpm", 110)),
+    ("rpm checked first", KeyLimits(rpm=1, budget_usd=1.0), Counters(rpm_logged=1, rpm_pivot=NOW - 10, spent_micro_usd=10**7), 0,
+     Verdict(False, "rpm", 50)),
 ]
 
 
 @pytest.mark.parametrize(("limits", "counters", "reserve", "verdict"), [d[1:] for d in DECISIONS], ids=[d[0] for d in DECISIONS])
 def test_decide(limits: KeyLimits, counters: Counters, reserve: int, verdict: Verdict) -> None:
     assert decide(limits, counters, NOW, reserve) == verdict
+
+
+COUNTER_DECISIONS = [
+    # RPM above rpm_log_max: the sliding-window counter (the log's fields are not read)
+    ("rpm room", KeyLimits(rpm=3), Counters(rpm_curr=2, rpm_logged=9), Verdict(True)),
+    ("rpm full", KeyLimits(rpm=3), Counters(rpm_curr=3), Verdict(False, "rpm", 70)),
+    ("rpm previous minute counts", KeyLimits(rpm=3), Counters(rpm_prev=4), Verdict(False, "rpm", 20)),
+    ("rpm checked first", KeyLimits(rpm=1, budget_usd=1.0), Counters(rpm_curr=1, spent_micro_usd=10**7), Verdict(False, "rpm", 110)),
+]
+
+
+@pytest.mark.parametrize(("limits", "counters", "verdict"), [d[1:] for d in COUNTER_DECISIONS], ids=[d[0] for d in COUNTER_DECISIONS])
+def test_decide_above_the_log_threshold(limits: KeyLimits, counters: Counters, verdict: Verdict) -> None:
+    assert decide(limits, counters, NOW, 0, rpm_log_max=0) == verdict
+
+
+def test_the_threshold_is_inclusive() -> None:
+    full = Counters(rpm_curr=5, rpm_logged=5, rpm_pivot=NOW - 1)
+    assert decide(KeyLimits(rpm=5), full, NOW, 0, rpm_log_max=5) == Verdict(False, "rpm", 59)  # logged
+    assert decide(KeyLimits(rpm=5), full, NOW, 0, rpm_log_max=4).retry_after_s == 62  # counted: 50 s, then 5 * (1 - f) <= 4
+
+
+@pytest.mark.parametrize(
+    ("pivot", "now", "wait"),
+    [(0.0, 0.0, 60), (0.0, 59.0, 1), (0.0, 59.5, 1), (0.0, 60.0, 1), (0.0, 75.0, 1), (10.25, 12.0, 59), (10.0, 12.75, 58)],
+)
+def test_log_wait(pivot: float, now: float, wait: int) -> None:
+    assert log_wait(NOW + pivot, NOW + now) == wait
