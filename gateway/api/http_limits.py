@@ -18,14 +18,25 @@ setting                default   bound, and the answer past it
 ``body_timeout_s``     60 s      silence between two reads of a request body (nginx
                                  ``client_body_timeout`` = 60 s): 408 (closed only, once the answer
                                  has started)
+``body_min_rate``      500 B/s   average rate of a body since its head ended, once it has been
+``body_grace_s``       20 s      arriving for ``body_grace_s`` (Apache ``mod_reqtimeout``
+                                 ``body=20,MinRate=500``): 408 as above; rate 0: off
+``body_max_s``         0 (off)   how long a body may take to arrive in all, seconds: 408 as above
 ``keepalive_s``        5 s       idle keep-alive between requests (uvicorn's ``timeout_keep_alive``,
                                  kept; nginx ``keepalive_timeout`` is 75 s): closed
 =====================  ========  =================================================================
 
-Only the client's own slowness is timed: the body timer stands still while the gateway has paused
-reading (flow control) or has not yet sent ``100 Continue``, and no timer runs once a request is
-read, so a long healthy stream (or a slow endpoint) is never cut. Both doors (the raw inference
-door of ``api/server.py`` and the ASGI app) sit behind this protocol, so both are bounded.
+Only the client's own slowness is timed: the body's clocks stand still while the gateway holds the
+body back (it paused reading, flow control, or has not yet sent ``100 Continue``). The time held is
+summed exactly (:class:`_TimedFlow`) and left out of ``body_min_rate`` and ``body_max_s`` (every
+byte counts, held or not), and while a hold lasts only the silence check runs, so a verdict due just
+after a hold may come up to ``body_timeout_s`` late, never early. A pipelined request's body, queued
+behind the answers before it, is held too: its clocks start at the first check after it is served
+(again up to ``body_timeout_s`` late), and nothing is written into the answer before it. No timer runs once a request is read, so a long healthy
+stream (or a slow endpoint) is never cut. One timer serves a connection, armed at its nearest
+deadline and re-armed when it fires, never per read: a body that comes with its head costs nothing,
+and a body read in pieces one addition per read. Both doors (the raw inference door of
+``api/server.py`` and the ASGI app) sit behind this protocol, so both are bounded.
 
 kvgate has no WebSocket API: a WebSocket ``Upgrade`` (any method), or any ``Upgrade`` on a
 request that is not ``GET``/``HEAD`` (whose body llhttp would stop parsing), gets 400 and the
@@ -39,11 +50,13 @@ that completes within one read is measured exactly. Errors are OpenAI-shaped JSO
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from gateway.api.middleware import new_request_id
 from gateway.errors import InvalidRequestError
@@ -59,6 +72,9 @@ class HttpLimits:
     max_headers: int = 100
     header_timeout_s: float = 60.0
     body_timeout_s: float = 60.0
+    body_min_rate: int = 500  # bytes/s; 0: off
+    body_grace_s: float = 20.0
+    body_max_s: float = 0.0  # 0: no cap
 
     @classmethod
     def of(cls, app: Any) -> HttpLimits:
@@ -67,7 +83,74 @@ class HttpLimits:
             server = app.state.container.settings.server
         except AttributeError:
             return cls()
-        return cls(server.max_header_bytes, server.max_headers, server.header_timeout_s, server.body_timeout_s)
+        return cls(
+            server.max_header_bytes, server.max_headers, server.header_timeout_s, server.body_timeout_s,
+            server.body_min_rate, server.body_grace_s, server.body_max_s,
+        )
+
+    @property
+    def first_body_check_s(self) -> float:
+        """Seconds from a body's start (its head's end) to the first look at it: the nearest deadline."""
+        first = self.body_timeout_s
+        if self.body_min_rate:
+            first = min(first, self.body_grace_s)
+        if self.body_max_s:
+            first = min(first, self.body_max_s)
+        return first
+
+    def body_left(self, client_s: float, received: int) -> tuple[float, str]:
+        """Seconds of the client's time left before a body still arriving breaks a rate rule, and which.
+
+        ``client_s``: seconds since the body's head ended, less the time the gateway held it back;
+        ``received``: its bytes so far. The answer is ``(seconds, setting)``, where ``seconds <= 0``
+        means the setting (``body_max_s`` or ``body_min_rate``) is broken now; ``(inf, "")`` when
+        neither applies. While no byte arrives the answer only shrinks, so a timer armed at it is
+        never late; a byte that arrives meanwhile only moves the deadline later.
+        """
+        left, setting = math.inf, ""
+        if self.body_max_s:
+            left, setting = self.body_max_s - client_s, "body_max_s"
+        if self.body_min_rate:
+            rate_left = max(self.body_grace_s, received / self.body_min_rate) - client_s
+            if rate_left < left:
+                left, setting = rate_left, "body_min_rate"
+        return left, setting
+
+
+class _TimedFlow(FlowControl):
+    """uvicorn's read flow control that also sums how long the gateway held the current body back.
+
+    ``held_at`` (loop clock, seconds) is set while the body is held (reading paused, or ``100
+    Continue`` not yet sent: the first ``receive`` sends it, then resumes reading); ``held_s`` sums
+    the holds that ended since :meth:`restart`. Whatever resumes reading ends a hold (an app's
+    ``receive``, the end of a response), so an answer that never reads the body ends it too.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(transport)
+        self._clock = loop.time
+        self.held_s = 0.0
+        self.held_at: float | None = None
+
+    def pause_reading(self) -> None:
+        if not self.read_paused:
+            self.read_paused = True
+            if self.held_at is None:
+                self.held_at = self._clock()
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.read_paused:
+            self.read_paused = False
+            self._transport.resume_reading()
+        if self.held_at is not None:
+            self.held_s += self._clock() - self.held_at
+            self.held_at = None
+
+    def restart(self, now: float, held: bool) -> None:
+        """A new body starts at ``now`` (loop clock, s): nothing held yet, or held from now if ``held``."""
+        self.held_s = 0.0
+        self.held_at = now if held else None
 
 
 class _Refused(Exception):
@@ -84,6 +167,12 @@ def _error(status: int, code: str, message: str) -> bytes:
 
 
 _NO_UPGRADE = "kvgate serves HTTP/1.1 only: no WebSocket and no protocol upgrade on a request with a body."
+_STALLED = {
+    "body_timeout_s": "The request body stalled (server.body_timeout_s).",
+    "body_min_rate": "The request body arrived too slowly: under {0.body_min_rate} bytes/s on average after "
+    "{0.body_grace_s} s (server.body_min_rate, server.body_grace_s).",
+    "body_max_s": "The request body did not arrive within {0.body_max_s} s (server.body_max_s).",
+}
 _TOO_LARGE = "Request header fields too large: at most {} bytes in {} fields (server.max_header_bytes, server.max_headers)."
 
 
@@ -100,12 +189,16 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._head_exact = 0  # request line + header fields, as parsed
         self._header_count = 0
         self._last_read = 0.0
+        self._body_since = 0.0  # loop time the current body's head ended
+        self._body_bytes = 0  # bytes read since then (the head's read counted by what it held of the body)
+        self._flow: _TimedFlow = None  # type: ignore[assignment]
         self._timer: asyncio.TimerHandle | None = None
         self._refusal: bytes | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.flow = self._flow = _TimedFlow(transport, self.loop)
         self._head_since = self.loop.time()
         self._arm(self.limits.header_timeout_s)  # a new connection must send a request head in time
 
@@ -120,20 +213,12 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._last_read = self.loop.time()
         if self._in_head:
             self._head_bytes += len(data)
+        else:
+            self._body_bytes += len(data)
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
-            return
-        except httptools.HttpParserError:
-            if self._refusal is not None:
-                self._refuse(self._refusal)
-                return
-            self.logger.warning("Invalid HTTP request received.")
-            self.send_400_response("Invalid HTTP request received.")
+        except (httptools.HttpParserUpgrade, httptools.HttpParserError) as stop:
+            self._parsing_stopped(stop)
             return
         if self._in_head:
             if self._head_started:
@@ -142,7 +227,20 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 elif self._timer is None:
                     self._arm(self.limits.header_timeout_s)
         elif self._timer is None and self.cycle is not None and self.cycle.more_body:
-            self._arm(self.limits.body_timeout_s)  # the body is still coming
+            self._start_body(self.cycle)  # the body is still coming
+
+    def _parsing_stopped(self, stop: Exception) -> None:
+        """The parser stopped on ``stop``: an upgrade (uvicorn's handling), a refusal, or bad HTTP (400)."""
+        if isinstance(stop, httptools.HttpParserUpgrade):
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        elif self._refusal is not None:
+            self._refuse(self._refusal)
+        else:
+            self.logger.warning("Invalid HTTP request received.")
+            self.send_400_response("Invalid HTTP request received.")
 
     # -- parser callbacks ----------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -197,6 +295,13 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         limits = self.limits
         return _error(431, "request_header_fields_too_large", _TOO_LARGE.format(limits.max_header_bytes, limits.max_headers))
 
+    def _start_body(self, cycle: RequestResponseCycle) -> None:
+        """Time the body of the request whose head ended in this read: the first read left without a timer."""
+        now = self._body_since = self._last_read
+        self._body_bytes = len(cycle.body)  # what this read held of it (the app has not run yet)
+        self._flow.restart(now, self._flow.read_paused or cycle.waiting_for_100_continue)
+        self._arm(self.limits.first_body_check_s)
+
     def _arm(self, delay_s: float) -> None:
         self._disarm()
         self._timer = self.loop.call_later(delay_s, self._on_timer)
@@ -221,18 +326,34 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 self.transport.close()
             return
         cycle = self.cycle
-        if cycle is None or not cycle.more_body:
-            return
-        # the gateway's turn, not the client's (the rest of a body sent after the answer is the client's)
-        if not cycle.response_complete and (self.flow.read_paused or cycle.waiting_for_100_continue):
+        if cycle is not None and cycle.more_body:
+            self._check_body(cycle, now)
+
+    def _check_body(self, cycle: RequestResponseCycle, now: float) -> None:
+        """The timer on a body still arriving: arm it again at the nearest deadline, or answer 408."""
+        limits = self.limits
+        flow = self._flow
+        # the gateway's turn, not the client's (the rest of a body sent after the answer is the client's):
+        # reading paused, 100 Continue not yet sent, or queued behind the answers to pipelined requests
+        queued = bool(self.pipeline)
+        held = not cycle.response_complete and (flow.read_paused or cycle.waiting_for_100_continue or queued)
+        if held:
             self._last_read = now
-        left = self._last_read + self.limits.body_timeout_s - now
+        if queued:  # its clocks start when it is served (at the latest, at the first check after)
+            self._body_since = now
+            flow.restart(now, flow.held_at is not None)
+        left, setting = self._last_read + limits.body_timeout_s - now, "body_timeout_s"
+        if left > 0 and not held and flow.held_at is None and (limits.body_min_rate or limits.body_max_s):
+            # during a hold the client's clock stands still: only the silence check runs until it ends
+            client_left, rule = limits.body_left(now - self._body_since - flow.held_s, self._body_bytes)
+            if client_left < left:
+                left, setting = client_left, rule
         if left > 0:
             self._arm(left)
         elif cycle.response_started:
             self.transport.close()
         else:
-            self._refuse(_error(408, "request_timeout", "The request body stalled (server.body_timeout_s)."))
+            self._refuse(_error(408, "request_timeout", _STALLED[setting].format(limits)))
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request llhttp cannot parse, in OpenAI's error shape (JSON), then close."""

@@ -31,6 +31,18 @@ class ServerSettings(Section):
         60.0, gt=0, description="Longest silence between two reads of a request body, seconds (nginx "
         "client_body_timeout); longer gets 408. Never applies to a response being streamed."
     )
+    body_min_rate: int = Field(
+        500, ge=0, description="Least average rate of a request body, bytes/s, from the end of its head, once it has "
+        "been arriving for body_grace_s (Apache mod_reqtimeout body=20,MinRate=500); slower gets 408. Time the "
+        "gateway holds the body back (flow control, 100 Continue not yet sent) does not count. 0: off."
+    )
+    body_grace_s: float = Field(
+        20.0, gt=0, description="Seconds a request body may arrive before body_min_rate applies to it."
+    )
+    body_max_s: float = Field(
+        0.0, ge=0, description="Longest a request body may take to arrive in all, seconds (time the gateway holds it "
+        "back does not count); longer gets 408. 0: no cap."
+    )
     keepalive_s: float = Field(
         5.0, gt=0, description="An idle keep-alive connection is closed after this, seconds (uvicorn's default; "
         "nginx keepalive_timeout is 75)."

@@ -1,4 +1,4 @@
-"""Request-head and idle-connection limits (issue 17, item 3), over raw sockets.
+"""Request-head, body-rate and idle-connection limits (issue 17, item 3), over raw sockets.
 
 Short limits (``[server]``) keep these to seconds. Each case runs through both doors: the raw
 inference door (``api/server.py``) and the ASGI app (``RunningGateway(door="asgi")``, with the access log on). Every
@@ -21,7 +21,12 @@ from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import RunningGateway, read_until, sse_data
 from tests.support.security_edge import read_all, slow_socket
 
-LIMITS = {"max_header_bytes": 4096, "max_headers": 20, "header_timeout_s": 0.6, "body_timeout_s": 0.6, "keepalive_s": 0.6}
+LIMITS = {
+    "max_header_bytes": 4096, "max_headers": 20, "header_timeout_s": 0.6, "body_timeout_s": 0.6, "keepalive_s": 0.6,
+    "body_min_rate": 0, "body_grace_s": 0.1,  # the rate rule off (the `rated` gateways below turn it on)
+}
+# a minimum rate of 2000 bytes/s after 0.5 s and at most 2.5 s per body (silence still 0.6 s)
+RATED = {"body_timeout_s": 0.6, "body_min_rate": 2000, "body_grace_s": 0.5, "body_max_s": 2.5}
 HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: kvgate\r\nContent-Type: application/json\r\n"
 
 
@@ -32,16 +37,28 @@ def slow_fake() -> Iterator[FakeUpstream]:
     fake.stop()
 
 
-@pytest.fixture(scope="module", params=["raw-door", "asgi-door"])
-def limited(request: pytest.FixtureRequest, slow_fake: FakeUpstream) -> Iterator[RunningGateway]:
+def _gateway(door: str, server: dict[str, Any], fake: FakeUpstream) -> RunningGateway:
     data: dict[str, Any] = {
-        "server": {**LIMITS, "access_log": request.param == "asgi-door"},
+        "server": {**server, "access_log": door == "asgi-door"},
         "health": {"interval_s": 60},
-        "clusters": {"pool": {"endpoints": [{"name": "slow", "url": slow_fake.base_url, "model": "m"}]}},
+        "clusters": {"pool": {"endpoints": [{"name": "slow", "url": fake.base_url, "model": "m"}]}},
         "models": {"m": {"cluster": "pool"}},
     }
-    gateway = RunningGateway(data, door="raw" if request.param == "raw-door" else "asgi", health_checks=False).start()
-    assert gateway.door == ("raw" if request.param == "raw-door" else "asgi")
+    gateway = RunningGateway(data, door="raw" if door == "raw-door" else "asgi", health_checks=False).start()
+    assert gateway.door == ("raw" if door == "raw-door" else "asgi")
+    return gateway
+
+
+@pytest.fixture(scope="module", params=["raw-door", "asgi-door"])
+def limited(request: pytest.FixtureRequest, slow_fake: FakeUpstream) -> Iterator[RunningGateway]:
+    gateway = _gateway(request.param, LIMITS, slow_fake)
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture(scope="module", params=["raw-door", "asgi-door"])
+def rated(request: pytest.FixtureRequest, slow_fake: FakeUpstream) -> Iterator[RunningGateway]:
+    gateway = _gateway(request.param, RATED, slow_fake)
     yield gateway
     gateway.stop()
 
@@ -88,25 +105,35 @@ def test_more_than_max_headers_gets_431(limited: RunningGateway) -> None:
     assert status == 431 and "100" not in error["message"] and "20" in error["message"]
 
 
+def _trickle(sock: socket.socket, piece: bytes, gap_s: float, times: int) -> bytes:
+    """Send ``piece`` every ``gap_s`` seconds (at most ``times`` times) until the gateway answers; its answer."""
+    answer = b""
+    for _ in range(times):
+        try:
+            sock.sendall(piece)
+        except OSError:
+            break
+        time.sleep(gap_s)
+        sock.setblocking(False)
+        try:
+            answer += sock.recv(65536)
+        except BlockingIOError:
+            pass
+        finally:
+            sock.settimeout(10.0)
+        if answer:
+            break
+    return answer + read_all(sock)
+
+
+def _chat(content_bytes: int) -> bytes:
+    return orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * content_bytes}], "stream": True})
+
+
 def test_headers_trickling_in_get_408(limited: RunningGateway) -> None:
     with slow_socket(limited.port, b"POST /v1/chat/completions HTTP/1.1\r\n") as sock:
-        answer = b""
-        for _ in range(100):  # one byte every 0.05 s: each read is quick, the head never completes in time
-            try:
-                sock.sendall(b"X")
-            except OSError:
-                break
-            time.sleep(0.05)
-            sock.setblocking(False)
-            try:
-                answer += sock.recv(65536)
-            except BlockingIOError:
-                pass
-            finally:
-                sock.settimeout(10.0)
-            if answer:
-                break
-        answer += read_all(sock)
+        # one byte every 0.05 s: each read is quick, the head never completes in time
+        answer = _trickle(sock, b"X", 0.05, 100)
     status, error = _status_and_error(answer)
     assert status == 408 and error["code"] == "request_timeout"
 
@@ -164,3 +191,60 @@ def test_a_body_left_unfinished_after_the_answer_is_closed(limited: RunningGatew
         sock.sendall(b"x")  # data resets uvicorn's keep-alive timer; only the body timer is left
         read_all(sock)
         assert _closed(sock)
+
+
+# -- the body's rate (server.body_min_rate, body_grace_s, body_max_s) ------------------------------------
+
+
+def test_a_body_trickled_below_body_min_rate_gets_408_and_is_closed(rated: RunningGateway) -> None:
+    with slow_socket(rated.port, HEAD + b"Content-Length: 100000\r\n\r\n") as sock:
+        # 20 bytes every 0.1 s (200 bytes/s): never silent for body_timeout_s, far under the rate
+        status, error = _status_and_error(_trickle(sock, b"x" * 20, 0.1, 100))
+        assert _closed(sock)
+    assert status == 408 and error["code"] == "request_timeout"
+    assert "server.body_min_rate" in error["message"] and "2000 bytes/s" in error["message"], error
+
+
+def test_a_body_above_body_min_rate_is_served(rated: RunningGateway) -> None:
+    body = _chat(12000)
+    with slow_socket(rated.port, HEAD + b"Content-Length: %d\r\n\r\n" % len(body)) as sock:
+        for start in range(0, len(body), 1000):  # 1000 bytes every 0.1 s (10 kB/s) for 1.2 s: past the grace
+            time.sleep(0.1)
+            sock.sendall(body[start : start + 1000])
+        answer = read_until(sock, b"data: [DONE]")
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+
+
+def test_body_min_rate_0_is_off(limited: RunningGateway) -> None:
+    """The same trickle as above (200 bytes/s, long past a 0.1 s grace) is served when the rate is 0."""
+    body = _chat(100)
+    with slow_socket(limited.port, HEAD + b"Content-Length: %d\r\n\r\n" % len(body)) as sock:
+        for start in range(0, len(body), 20):
+            time.sleep(0.1)
+            sock.sendall(body[start : start + 20])
+        answer = read_until(sock, b"data: [DONE]")
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+
+
+def test_body_max_s_caps_a_fast_body_that_never_ends(rated: RunningGateway) -> None:
+    with slow_socket(rated.port, HEAD + b"Content-Length: 1000000\r\n\r\n") as sock:
+        # 2000 bytes every 0.05 s (40 kB/s, 20 times the minimum): only the 2.5 s cap stops it
+        status, error = _status_and_error(_trickle(sock, b"x" * 2000, 0.05, 400))
+        assert _closed(sock)
+    assert status == 408 and "server.body_max_s" in error["message"], error
+
+
+def test_time_the_gateway_holds_a_body_back_does_not_count(rated: RunningGateway) -> None:
+    """A pipelined request's body waits (reading paused) for the stream before it, 2 s: past the
+    grace, the cap and any rate its first 50 bytes could make; once reading resumes it is served."""
+    first, second = _chat(10), _chat(100)
+    pipelined = HEAD + b"Content-Length: %d\r\n\r\n" % len(first) + first
+    pipelined += HEAD + b"Content-Length: %d\r\n\r\n" % len(second) + second[:50]
+    with slow_socket(rated.port, pipelined) as sock:
+        answer = read_until(sock, b"data: [DONE]")
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+        rest = answer.partition(b"data: [DONE]")[2]
+        sock.sendall(second[50:])
+        rest += read_until(sock, b"data: [DONE]")
+    second_answer = rest[rest.find(b"HTTP/1.1 ") :]  # after the first answer's last chunk
+    assert second_answer.startswith(b"HTTP/1.1 200") and b"data: [DONE]" in second_answer, rest[:300]

@@ -71,6 +71,8 @@ def test_no_file_means_defaults() -> None:
     settings = load_settings(None)
     assert settings.server.port == 8080
     assert settings.clusters == {}
+    server = settings.server  # a slow POST is cut as Apache mod_reqtimeout's body=20,MinRate=500 would
+    assert (server.body_min_rate, server.body_grace_s, server.body_max_s) == (500, 20.0, 0.0)
 
 
 def test_environment_wins_over_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,6 +162,9 @@ BAD = [
     ("redis-url-scheme", {"state": {"backend": "redis", "redis_url": "http://127.0.0.1:6379/0"}}, r"state(\.redis_url)?: .*redis://"),
     ("redis-url-not-a-url", {"state": {"backend": "redis", "redis_url": "notaurl"}}, r"state(\.redis_url)?: .*rediss://"),
     ("processes-zero", {"server": {"processes": 0}}, r"server\.processes: "),
+    ("body-min-rate-negative", {"server": {"body_min_rate": -1}}, r"server\.body_min_rate: "),
+    ("body-grace-zero", {"server": {"body_grace_s": 0}}, r"server\.body_grace_s: "),
+    ("body-max-negative", {"server": {"body_max_s": -0.5}}, r"server\.body_max_s: "),
 ]
 
 
