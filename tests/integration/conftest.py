@@ -25,12 +25,16 @@ Gateways:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import RefusingPort, RunningGateway
+
+if TYPE_CHECKING:
+    from tests.integration.test_apis import Sim
 
 CLIENT_KEY = "sk-kvgate-test-right-key"
 MAX_BODY = 4096
@@ -203,3 +207,14 @@ def http() -> Iterator[httpx.Client]:
     """One pooled httpx client for exact status, header and body checks."""
     with httpx.Client(timeout=httpx.Timeout(10.0)) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Sim]:
+    """A simulated vLLM worker serving ``smollm2`` (``tests.integration.test_apis.Sim``), one per module."""
+    from tests.integration.test_apis import MODEL, Sim
+
+    worker = Sim(MODEL)
+    worker.thread.start()
+    yield worker
+    worker.thread.stop()

@@ -25,14 +25,6 @@ from tests.support.threads import wait_until
 ALICE, CAROL = "sk-kvgate-fix19-alice", "sk-kvgate-fix19-carol"
 
 
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Sim]:
-    made = Sim(MODEL)
-    made.thread.start()
-    yield made
-    made.thread.stop()
-
-
 def _gateway(sim: Sim, **extra: Any) -> RunningGateway:
     data: dict[str, Any] = {
         "auth": {"api_keys": [ALICE, CAROL]},

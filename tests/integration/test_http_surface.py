@@ -26,14 +26,6 @@ MODEL = "smollm2"
 
 
 @pytest.fixture(scope="module")
-def sim() -> Iterator[Sim]:
-    worker = Sim(MODEL)
-    worker.thread.start()
-    yield worker
-    worker.thread.stop()
-
-
-@pytest.fixture(scope="module")
 def gateway(sim: Sim) -> Iterator[RunningGateway]:
     running = RunningGateway({
         "auth": {"api_keys": [KEY], "keys": [{"name": "limited", "key": LIMITED, "models": ["other"]}]},
