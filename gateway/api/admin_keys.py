@@ -36,7 +36,8 @@ class KeyCreate(BaseModel):
 
     name: str = Field(min_length=1, max_length=128, description="A label for people.")
     models: list[str] | None = Field(None, max_length=1000, description="Public models this key may use; null: all.")
-    rpm: int | None = Field(None, ge=1, le=10**9, description="Requests per minute: at most this many in any 60 s.")
+    rpm: int | None = Field(None, ge=1, le=10**9, description="Requests per minute: at most this many in any 60 s up to 1,000 (a sliding log); above, "
+                               "a sliding-window counter, which a burst across a minute boundary can exceed by up to ~2x.")
     tpm: int | None = Field(None, ge=1, le=10**12, description="Tokens per minute (input + output).")
     budget_usd: float | None = Field(None, gt=0, le=10**9, description="Spend allowed per budget_period, USD.")
     budget_period: Literal["hour", "day", "week", "month"] = "month"

@@ -16,7 +16,8 @@ class ClientKeySettings(Section):
     name: str = Field(min_length=1, description="Unique name, shown in usage records and metrics.")
     key: SecretStr = Field(description="The secret. Prefer env: KVGATE__AUTH__KEYS='[{...}]'.")
     models: list[str] | None = Field(None, description="Public models (or aliases) this key may use; None: all.")
-    rpm: int | None = Field(None, ge=1, description="Requests per minute: at most this many in any 60 s; None: no limit.")
+    rpm: int | None = Field(None, ge=1, description="Requests per minute: at most this many in any 60 s up to 1,000 (a sliding log); above, a "
+        "sliding-window counter, which a burst across a minute boundary can exceed by up to ~2x; None: no limit.")
     tpm: int | None = Field(None, ge=1, description="Tokens per minute (input + output, sliding window).")
     budget_usd: float | None = Field(None, gt=0, description="Spend allowed per budget_period, USD.")
     budget_period: Literal["hour", "day", "week", "month"] = Field("month", description="UTC calendar period.")

@@ -18,8 +18,11 @@ counter* (Cloudflare, "How we built rate limiting capable of scaling to millions
     used = previous * (1 - elapsed / 60) + current
 
 where ``elapsed`` is the seconds since the current minute began. It needs two integers per key
-and limit, never lets a burst at a minute boundary double the limit as a fixed window does, and
-is exact when traffic is even over the previous minute. But ``used`` is fractional and a request
+and limit, never lets through the limit twice within seconds at a minute boundary as a fixed
+window does, and is exact when traffic is even over the previous minute. It is not a bound on
+any 60 s span: after a burst of ``rpm`` requests late in one minute, the next minute admits
+``rpm * elapsed / 60`` more as it goes, so a 60 s span straddling the boundary can hold up to
+about ``2 * rpm`` (an outside trial: 1,916 admitted in 60 s at rpm = 1,001, a burst at :54.9). But ``used`` is fractional and a request
 counts 1: a client that retries when told loses about one request per minute to the rounding
 (rpm = 1 admits one request per two minutes, Retry-After up to 120 s; rpm = 2 about 1.05 per
 minute, 5 about 4.05, 100 about 99.05, 1000 about 999.2; measured with :func:`decide`). Hence
