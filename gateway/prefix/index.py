@@ -22,11 +22,9 @@ Affinity keys (``prompt_cache_key``/``user``) live in the same LRU as single ent
 **Sharded**: one ``OrderedDict`` per LRU stalled the event loop. At a constant size under churn
 CPython periodically rebuilds the dict and the ``OrderedDict``'s node table, O(entries): the
 largest single insert of 125 new blocks took 2.2 / 10.3 / 50.1 ms at 16,384 / 65,536 / 262,144
-blocks. So past ``SHARD_FROM`` (16,384) blocks of capacity the entries are spread by hash (its
-low bits) over a power of two of shards, enough for ``SHARD_BLOCKS`` entries a shard at capacity
-(32 at 65,536, 128 at 262,144): a rebuild is one shard's. Up to ``SHARD_FROM`` an LRU stays one
-shard: its rebuild costs ~2 ms at most, and the merge below triples an insert's median there
-(125 new blocks at 16,384: 0.023 -> 0.069 ms, in-process, one run). Each entry's value is one int, the touch stamp
+blocks. So the entries are spread by hash (its low bits) over a power of two of shards, enough
+for ``SHARD_BLOCKS`` entries a shard at capacity (8 at the default capacity, 128 at 262,144; one
+under ``SHARD_BLOCKS``): a rebuild is one shard's. Each entry's value is one int, the touch stamp
 (the Redis mirror's, or none) above a **sequence number** that strictly increases over the LRU's
 touches (``stamp code << 64 | sequence``; a stamp ``s >= 0`` is stored as ``s + 1``, 0 meaning
 unstamped). A shard is least recent first, so the global LRU order is the merge of the shards'
@@ -62,7 +60,6 @@ from typing import TypeVar
 
 DEFAULT_CAPACITY = 16_384
 SHARD_BLOCKS = 2_048  # entries per shard at capacity at most (module doc, "Sharded")
-SHARD_FROM = 16_384  # an LRU of at most this capacity is one shard (module doc, "Sharded")
 MAX_SHARDS = 1_024
 _SHARD_BITS = 16  # heap key: sequence << _SHARD_BITS | shard
 _SEQ_BITS = 64  # entry value: stamp code << _SEQ_BITS | sequence
@@ -99,11 +96,8 @@ def _code(stamp: int) -> int:
 
 
 def _shards_for(capacity: int) -> int:
-    """The shard count for ``capacity``: 1 up to ``SHARD_FROM``, else a power of two with
-    ``SHARD_BLOCKS`` entries a shard at most."""
+    """The shard count for ``capacity``: a power of two, ``SHARD_BLOCKS`` entries a shard at most."""
     count = 1
-    if capacity <= SHARD_FROM:
-        return count
     while count < MAX_SHARDS and capacity > count * SHARD_BLOCKS:
         count *= 2
     return count

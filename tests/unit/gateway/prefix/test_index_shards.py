@@ -114,7 +114,6 @@ def test_fixed_shards_evict_exactly_the_global_least_recent(seed: int, capacity:
 @pytest.mark.parametrize("seed", range(4))
 def test_shards_follow_the_capacity_and_a_split_keeps_the_order(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index_module, "SHARD_BLOCKS", 16)
-    monkeypatch.setattr(index_module, "SHARD_FROM", 0)
     lru, ref = BlockLRU(40), Reference(40)
     assert len(lru._shards) == 4
     _drive(lru, ref, random.Random(seed), steps=400, keys=3_000, resize_to=(5, 40, 300, 1_000, 2_500))
@@ -124,7 +123,6 @@ def test_shards_follow_the_capacity_and_a_split_keeps_the_order(seed: int, monke
 @pytest.mark.parametrize("seed", range(3))
 def test_a_split_keeps_each_shards_order_for_the_evictions_after_it(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index_module, "SHARD_BLOCKS", 16)
-    monkeypatch.setattr(index_module, "SHARD_FROM", 0)
     rng = random.Random(seed)
     lru, ref = BlockLRU(60), Reference(60)
     for capacity in (60, 200, 900):
@@ -138,24 +136,15 @@ def test_a_split_keeps_each_shards_order_for_the_evictions_after_it(seed: int, m
             assert lru.entries() == list(ref.entries.items())
 
 
-def test_the_default_capacity_is_one_shard_and_a_larger_one_several() -> None:
-    assert len(BlockLRU()._shards) == 1  # DEFAULT_CAPACITY <= SHARD_FROM
-    assert len(BlockLRU(index_module.SHARD_FROM)._shards) == 1
-    assert len(BlockLRU(index_module.SHARD_FROM + 1)._shards) == 16  # the power of two past 16,385 / 2,048
-    assert len(BlockLRU(262_144)._shards) == 128
-
-
-def test_a_sharded_capacity_evicts_globally() -> None:
+def test_default_capacity_uses_several_shards_and_evicts_globally() -> None:
     rng = random.Random(7)
-    capacity = 4 * index_module.SHARD_FROM
-    lru, ref = BlockLRU(capacity), Reference(capacity)
-    assert len(lru._shards) == capacity // index_module.SHARD_BLOCKS
-    for _ in range(200):
+    lru, ref = BlockLRU(), Reference(index_module.DEFAULT_CAPACITY)
+    assert len(lru._shards) == index_module.DEFAULT_CAPACITY // index_module.SHARD_BLOCKS
+    for _ in range(150):
         hashes = [rng.getrandbits(64) for _ in range(rng.choice((125, 781)))]
         head = list(range(rng.randrange(50)))  # a shared head, touched again and again
         lru.insert(head + hashes)
         ref.insert(head + hashes)
-    assert len(lru) == capacity  # evicting all along
     assert lru.entries() == list(ref.entries.items())
 
 
