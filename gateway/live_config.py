@@ -42,6 +42,19 @@ log = logging.getLogger("kvgate.runtime")
 
 # Sections a reload cannot change in a running process (they shape listeners, pools and loops).
 RESTART_ONLY = ("server", "upstream", "routing", "state", "tracing", "logging", "metrics")
+# [server] settings that every new connection reads from the live settings (HttpLimits.of in
+# gateway/api/http_limits.py): a reload applies them to connections opened after it, no restart
+SERVER_LIVE = frozenset({
+    "max_header_bytes", "max_headers", "header_timeout_s", "body_timeout_s", "body_min_rate", "body_grace_s", "body_max_s",
+})
+
+
+def _needs_restart(name: str, new: Any, old: Any) -> bool:
+    """Whether section ``name`` changed in a way only a restart applies (``[server]``'s connection
+    limits are live: :data:`SERVER_LIVE`)."""
+    if name != "server":
+        return bool(new != old)
+    return any(getattr(new, key) != getattr(old, key) for key in type(new).model_fields if key not in SERVER_LIVE)
 
 
 @dataclass
@@ -194,7 +207,7 @@ class Runtime:
         except ConfigError as error:
             lines = str(error).splitlines()
             return ReloadResult(False, [line.strip() for line in lines[1:]] or lines)
-        changed = [name for name in RESTART_ONLY if getattr(new, name) != getattr(self.settings, name)]
+        changed = [name for name in RESTART_ONLY if _needs_restart(name, getattr(new, name), getattr(self.settings, name))]
         if new.admission.enabled and not self.settings.admission.enabled:  # its gate is built at start
             changed.append("admission.enabled")
         self.catalog.replace(ModelCatalog.from_settings(new))

@@ -100,3 +100,16 @@ async def test_a_reload_asked_by_another_replica_is_applied_once(tmp_path: Path)
     assert len(swapped) == 1
     await runtime.sync.poll()
     assert len(swapped) == 1
+
+
+async def test_a_reload_applies_connection_limits_live_and_reports_what_needs_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "kvgate.toml"
+    path.write_text(toml_config(DATA))
+    runtime, swapped = _runtime(build_settings(DATA), path)
+    path.write_text(toml_config({**DATA, "server": {"body_grace_s": 8, "body_min_rate": 100, "max_headers": 50}}))
+    result = await runtime.reload()
+    assert result.ok and result.restart_required == []  # new connections read them (HttpLimits.of)
+    assert runtime.settings.server.body_grace_s == 8 and swapped[-1].server.max_headers == 50
+    path.write_text(toml_config({**DATA, "server": {"body_grace_s": 8, "port": 9}}))
+    result = await runtime.reload()
+    assert result.ok and result.restart_required == ["server"]  # the listener's port needs one
