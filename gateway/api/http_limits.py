@@ -44,7 +44,8 @@ connection is closed; an ``Upgrade: h2c`` on a ``GET`` is ignored and answered o
 
 The head is measured as it arrives: past ``max_header_bytes`` of an unfinished head the
 connection is answered at once (at most one read, 256 KiB, is held beyond the limit), and a head
-that completes within one read is measured exactly. Errors are OpenAI-shaped JSON.
+that completes within one read is measured exactly. Errors are OpenAI-shaped JSON, Anthropic-shaped
+for a request under ``/v1/messages`` (as far as its target was read).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.api.middleware import new_request_id
 from gateway.errors import InvalidRequestError
+from gateway.protocol import messages
 
 KiB = 1024
 
@@ -157,12 +159,21 @@ class _Refused(Exception):
     """Raised from a parser callback to stop parsing a request that is answered with an error."""
 
 
-def _error(status: int, code: str, message: str) -> bytes:
+def _error(status: int, code: str, message: str, path: bytes = b"") -> bytes:
+    """A complete ``status`` answer that closes the connection: OpenAI's error shape, or Anthropic's
+    (``{"type": "error", "error": {...}}`` and a ``request-id`` header) for a request under
+    ``/v1/messages`` (``path``: the request target as far as it was read, query included)."""
     error = InvalidRequestError(message, code=code)
-    body = error.body()
+    error.status = status
+    request_id = new_request_id()
+    target = path.split(b"?", 1)[0].decode("latin-1")
+    if target and messages.owns_path(target):
+        body, extra = messages.error_body(error), b"\r\nrequest-id: " + request_id
+    else:
+        body, extra = error.body(), b""
     return b"".join((
         STATUS_LINE[status], b"content-type: application/json\r\ncontent-length: ", str(len(body)).encode(),
-        b"\r\nx-request-id: ", new_request_id(), b"\r\nconnection: close\r\n\r\n", body,
+        b"\r\nx-request-id: ", request_id, extra, b"\r\nconnection: close\r\n\r\n", body,
     ))
 
 
@@ -274,7 +285,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if self.parser.should_upgrade() and (
             self._get_upgrade() == b"websocket" or self.parser.get_method() not in (b"GET", b"HEAD")
         ):
-            self._refusal = _error(400, "upgrade_not_supported", _NO_UPGRADE)
+            self._refusal = _error(400, "upgrade_not_supported", _NO_UPGRADE, self.url)
             raise _Refused()
         self._in_head = False
         self._head_bytes = 0
@@ -293,7 +304,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     # -- timers and answers --------------------------------------------------------------------
     def _too_large(self) -> bytes:
         limits = self.limits
-        return _error(431, "request_header_fields_too_large", _TOO_LARGE.format(limits.max_header_bytes, limits.max_headers))
+        return _error(431, "request_header_fields_too_large", _TOO_LARGE.format(limits.max_header_bytes, limits.max_headers),
+                      getattr(self, "url", b""))
 
     def _start_body(self, cycle: RequestResponseCycle) -> None:
         """Time the body of the request whose head ended in this read: the first read left without a timer."""
@@ -321,7 +333,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             if left > 0:
                 self._arm(left)
             elif self._head_started:
-                self._refuse(_error(408, "request_timeout", "The request headers did not arrive in time (server.header_timeout_s)."))
+                self._refuse(_error(408, "request_timeout", "The request headers did not arrive in time (server.header_timeout_s).",
+                                    getattr(self, "url", b"")))
             elif self.cycle is None:  # a new connection that never sent a byte
                 self.transport.close()
             return
@@ -353,11 +366,11 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         elif cycle.response_started:
             self.transport.close()
         else:
-            self._refuse(_error(408, "request_timeout", _STALLED[setting].format(limits)))
+            self._refuse(_error(408, "request_timeout", _STALLED[setting].format(limits), cycle.scope.get("raw_path") or b""))
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request llhttp cannot parse, in OpenAI's error shape (JSON), then close."""
-        self._refuse(_error(400, "invalid_http_request", f"{msg} kvgate could not parse it as HTTP/1.1."))
+        self._refuse(_error(400, "invalid_http_request", f"{msg} kvgate could not parse it as HTTP/1.1.", getattr(self, "url", b"")))
 
     def _refuse(self, answer: bytes) -> None:
         """Write ``answer`` (a complete response) and close; a request being served sees a disconnect."""

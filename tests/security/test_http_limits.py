@@ -150,6 +150,30 @@ def test_an_unfinished_body_gets_408(limited: RunningGateway) -> None:
     assert status == 408 and error["code"] == "request_timeout"
 
 
+MESSAGES_HEAD = b"POST /v1/messages?beta=true HTTP/1.1\r\nHost: kvgate\r\nContent-Type: application/json\r\n"
+
+
+def _anthropic_error(raw: bytes) -> tuple[int, bytes, dict[str, Any]]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"connection: close" in head.lower(), head
+    parsed = orjson.loads(body)
+    assert parsed["type"] == "error" and set(parsed["error"]) == {"type", "message"}, parsed
+    return int(head.split(b" ", 2)[1]), head.lower(), parsed["error"]
+
+
+def test_limits_answer_a_messages_request_in_anthropics_shape(limited: RunningGateway) -> None:
+    with slow_socket(limited.port, MESSAGES_HEAD + b"Content-Length: 100\r\n\r\n{\"model\"") as sock:
+        status, head, error = _anthropic_error(read_all(sock))
+    assert status == 408 and error["type"] == "invalid_request_error" and "body_timeout_s" in error["message"]
+    assert b"\r\nrequest-id: " in head  # the Anthropic SDK's request id
+    with slow_socket(limited.port, MESSAGES_HEAD + b"X-Big: " + b"a" * 5000 + b"\r\nContent-Length: 2\r\n\r\n{}") as sock:
+        status, _, error = _anthropic_error(read_all(sock))
+    assert status == 431 and "max_header_bytes" in error["message"]
+    with slow_socket(limited.port, HEAD + b"Content-Length: 100\r\n\r\n{\"model\"") as sock:
+        status, error = _status_and_error(read_all(sock))  # the OpenAI routes keep OpenAI's shape
+    assert status == 408 and error["code"] == "request_timeout"
+
+
 def test_an_idle_keep_alive_connection_is_closed(limited: RunningGateway) -> None:
     # 4 s of patience: well past server.keepalive_s (0.6 s here), short of uvicorn's own 5 s
     with slow_socket(limited.port, b"GET /health HTTP/1.1\r\nHost: kvgate\r\n\r\n", timeout_s=4.0) as sock:
