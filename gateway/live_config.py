@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway.config.server import CONNECTION_LIMITS
 from gateway.endpoints.model import Endpoint, EndpointSpec
 from gateway.endpoints.registry import EndpointRegistry, new_endpoint
 from gateway.keys.model import config_keys, records_from
@@ -42,19 +43,14 @@ log = logging.getLogger("kvgate.runtime")
 
 # Sections a reload cannot change in a running process (they shape listeners, pools and loops).
 RESTART_ONLY = ("server", "upstream", "routing", "state", "tracing", "logging", "metrics")
-# [server] settings that every new connection reads from the live settings (HttpLimits.of in
-# gateway/api/http_limits.py): a reload applies them to connections opened after it, no restart
-SERVER_LIVE = frozenset({
-    "max_header_bytes", "max_headers", "header_timeout_s", "body_timeout_s", "body_min_rate", "body_grace_s", "body_max_s",
-})
 
 
 def _needs_restart(name: str, new: Any, old: Any) -> bool:
     """Whether section ``name`` changed in a way only a restart applies (``[server]``'s connection
-    limits are live: :data:`SERVER_LIVE`)."""
+    limits are live: ``gateway.config.server.CONNECTION_LIMITS``)."""
     if name != "server":
         return bool(new != old)
-    return any(getattr(new, key) != getattr(old, key) for key in type(new).model_fields if key not in SERVER_LIVE)
+    return any(getattr(new, key) != getattr(old, key) for key in type(new).model_fields if key not in CONNECTION_LIMITS)
 
 
 @dataclass

@@ -60,6 +60,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from gateway.api.middleware import new_request_id
+from gateway.config.server import CONNECTION_LIMITS
 from gateway.errors import InvalidRequestError
 from gateway.protocol import messages
 
@@ -85,10 +86,7 @@ class HttpLimits:
             server = app.state.container.settings.server
         except AttributeError:
             return cls()
-        return cls(
-            server.max_header_bytes, server.max_headers, server.header_timeout_s, server.body_timeout_s,
-            server.body_min_rate, server.body_grace_s, server.body_max_s,
-        )
+        return cls(*(getattr(server, name) for name in CONNECTION_LIMITS))
 
     @property
     def first_body_check_s(self) -> float:

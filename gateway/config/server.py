@@ -10,6 +10,12 @@ from pydantic import Field
 
 from gateway.config.section import MiB, Section
 
+# The [server] settings every new connection reads from the live settings (gateway/api/http_limits.py,
+# HttpLimits.of, in this order): a reload applies them to connections opened after it, no restart.
+CONNECTION_LIMITS = (
+    "max_header_bytes", "max_headers", "header_timeout_s", "body_timeout_s", "body_min_rate", "body_grace_s", "body_max_s",
+)
+
 
 class ServerSettings(Section):
     """The gateway's own HTTP listener."""
