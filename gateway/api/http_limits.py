@@ -198,6 +198,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._head_exact = 0  # request line + header fields, as parsed
         self._header_count = 0
         self._last_read = 0.0
+        self.url = b""  # uvicorn sets it at each request's first byte; read by the errors before one
         self._body_since = 0.0  # loop time the current body's head ended
         self._body_bytes = 0  # bytes read since then (the head's read counted by what it held of the body)
         self._flow: _TimedFlow = None  # type: ignore[assignment]
@@ -302,8 +303,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     # -- timers and answers --------------------------------------------------------------------
     def _too_large(self) -> bytes:
         limits = self.limits
-        return _error(431, "request_header_fields_too_large", _TOO_LARGE.format(limits.max_header_bytes, limits.max_headers),
-                      getattr(self, "url", b""))
+        return _error(431, "request_header_fields_too_large", _TOO_LARGE.format(limits.max_header_bytes, limits.max_headers), self.url)
 
     def _start_body(self, cycle: RequestResponseCycle) -> None:
         """Time the body of the request whose head ended in this read: the first read left without a timer."""
@@ -332,7 +332,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 self._arm(left)
             elif self._head_started:
                 self._refuse(_error(408, "request_timeout", "The request headers did not arrive in time (server.header_timeout_s).",
-                                    getattr(self, "url", b"")))
+                                    self.url))
             elif self.cycle is None:  # a new connection that never sent a byte
                 self.transport.close()
             return
@@ -368,7 +368,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request llhttp cannot parse, in OpenAI's error shape (JSON), then close."""
-        self._refuse(_error(400, "invalid_http_request", f"{msg} kvgate could not parse it as HTTP/1.1.", getattr(self, "url", b"")))
+        self._refuse(_error(400, "invalid_http_request", f"{msg} kvgate could not parse it as HTTP/1.1.", self.url))
 
     def _refuse(self, answer: bytes) -> None:
         """Write ``answer`` (a complete response) and close; a request being served sees a disconnect."""
