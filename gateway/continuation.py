@@ -61,8 +61,10 @@ def resumable(request: InferenceRequest, observer: StreamObserver) -> bool:
     the same conditions, without building the body)."""
     if observer.other_output:
         return False
+    if observer.finish_reasons:
+        return False  # the answer ended: continuing it would repeat its end (the relay ends it)
     if not observer.text:
-        return not (observer.output_events or observer.finish_reasons or observer.usage is not None)
+        return not (observer.output_events or observer.usage is not None)
     for key in ("max_tokens", "max_completion_tokens"):
         limit = request.body.get(key)
         if isinstance(limit, int) and limit - observer.output_events <= 0:

@@ -323,6 +323,7 @@ class Proxy:
         return StreamRelay(
             source=source, observer=observer, exchange=exchange, idle_s=route.timeouts.idle_s,
             continuation=continuation, prompt_tokens=estimate_prompt_tokens(len(request.raw)),
+            choices=_choices(request.body),
         )
 
     def _unavailable(self, route: Route, retry_at: list[float]) -> NoHealthyEndpointError:
@@ -333,6 +334,12 @@ class Proxy:
             f"retry in {wait} s.",
             headers={"Retry-After": str(wait)},
         )
+
+
+def _choices(body: dict[str, Any]) -> int:
+    """How many choices a chat or text completion streams (``n``, default 1)."""
+    n = body.get("n")
+    return n if type(n) is int and n >= 1 else 1
 
 
 class _Walk:

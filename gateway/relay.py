@@ -45,6 +45,11 @@ endpoint failure. A stream cancelled or broken after its first token was sent ke
 How a stream ends, as the client sees it:
     * the endpoint finished with ``[DONE]``: relayed; ``success`` (or ``upstream_error`` if an
       in-band error event was relayed: a failure whatever the HTTP status said).
+    * the endpoint broke after every choice's ``finish_reason`` was relayed (only the trailing
+      usage chunk and ``[DONE]`` missing): the answer is whole, so kvgate ends the stream with
+      ``[DONE]``, never continues it (that would repeat its end); ``success``, the endpoint's
+      attempt a failure, usage estimated unless it came. A client that asked for usage gets no
+      usage chunk then (only the endpoint could count it).
     * the endpoint broke, went silent, or ended without ``[DONE]``: continued on another
       endpoint when allowed; otherwise kvgate appends one OpenAI-format error event and closes,
       never a fake ``finish_reason`` or ``[DONE]``; ``upstream_error``. Another API's stream
@@ -154,12 +159,14 @@ class StreamRelay:
 
     ``source``: the open stream and its attempt (ended here, once); ``continuation``: how to go on
     elsewhere when it breaks (None: never continued); ``idle_s``: the longest gap between two
-    reads (seconds); ``prompt_tokens``: the prompt's estimate, for a stream that reports no usage.
+    reads (seconds); ``prompt_tokens``: the prompt's estimate, for a stream that reports no usage;
+    ``choices``: how many choices an OpenAI stream carries (its ``n``): a stream that breaks after
+    each has its ``finish_reason`` is ended with ``[DONE]`` (0: never, for other APIs' streams).
     """
 
     __slots__ = (
         "_source", "_observer", "_exchange", "_idle_s", "_continuation", "_tried", "_rewriter", "_prompt_tokens", "headers",
-        "on_success", "_sending",
+        "on_success", "_sending", "_choices",
     )
 
     def __init__(
@@ -171,6 +178,7 @@ class StreamRelay:
         idle_s: float,
         continuation: Continuation | None = None,
         prompt_tokens: int = 0,
+        choices: int = 0,
     ) -> None:
         self._source: Upstreamed | None = source
         self._observer = observer
@@ -182,6 +190,7 @@ class StreamRelay:
         self._prompt_tokens = prompt_tokens  # estimated, for when the endpoint reports no usage
         self.headers: list[tuple[bytes, bytes]] = []
         self.on_success: Callable[[Any], None] | None = None  # called with the observer when the stream succeeded
+        self._choices = choices  # OpenAI SSE: the answer's choices (``n``); 0: another API, never ended on a break
         self._sending = False  # the headers went out and the relay began: the held preamble is sent next
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -256,6 +265,10 @@ class StreamRelay:
                 await (self._pump_events(send, source) if by_event else self._pump_raw(send, source))
             except _Broken as broken:
                 self._fail(source, broken)
+                if self._ended_before(broken, by_event):
+                    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+                    self._exchange.finish(SUCCESS, usage=self._usage(), first_token_at=self._first_sent())
+                    return
                 if await self._continue():
                     continue
                 closing = broken.raw if broken.raw is not None else self._error_event(broken.message)
@@ -265,6 +278,17 @@ class StreamRelay:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             self._finish(source)
             return
+
+    def _ended_before(self, broken: _Broken, by_event: bool) -> bool:
+        """Whether the answer had ended when the stream broke: every choice's ``finish_reason`` was
+        relayed and nothing but the trailing usage chunk and ``[DONE]`` can be missing (no in-band
+        error, and no partial event relayed raw that ``[DONE]`` would follow)."""
+        observer = self._observer
+        if not self._choices or broken.raw is not None or observer.error is not None:
+            return False
+        if not by_event and observer.has_partial_event:
+            return False
+        return len(observer.finish_reasons) >= self._choices
 
     async def _next(self, source: Upstreamed) -> bytes:
         try:

@@ -204,6 +204,34 @@ def test_mid_stream_failure_is_continued_on_another_endpoint(
     assert 'kvgate_stream_continuations_total{cluster="main"} 1.0' in metrics
 
 
+@pytest.mark.parametrize("usage", [True, False])
+@pytest.mark.parametrize("cut", [("reset",), ("close",)])
+def test_break_after_the_finish_reason_ends_the_stream_once(
+    gw: str, upstreams: dict[str, ScriptedUpstream], usage: bool, cut: tuple[str]
+) -> None:
+    # role + 10 words + the finish chunk went out; the usage chunk and [DONE] never come
+    upstreams["A"].script([("counter", 11), cut])
+    extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if usage else {}
+    response, events = stream_events(gw, {**CHAT, "max_tokens": 20, **extra})
+    assert response.status_code == 200
+    chunks = [e for e in events if isinstance(e, dict)]
+    assert text_of(events) == FULL
+    assert [c["finish_reason"] for e in chunks for c in e.get("choices", []) if c.get("finish_reason")] == ["stop"]
+    assert not any("error" in e or EXTENSION_FIELD in e for e in chunks)
+    assert events[-1] == "[DONE]" and events.count("[DONE]") == 1
+    assert upstreams["B"].requests == []  # never continued: that would repeat the end
+    assert not any("usage" in e and e["usage"] for e in chunks)  # only the endpoint could count it
+
+
+def test_break_with_the_budget_spent_but_no_finish_is_an_error(gw: str, upstreams: dict[str, ScriptedUpstream]) -> None:
+    upstreams["A"].script([("counter", 10), ("reset",)])  # every token of max_tokens, no finish chunk
+    response, events = stream_events(gw, {**CHAT, "max_tokens": 10})
+    assert response.status_code == 200
+    assert text_of(events) == FULL
+    assert isinstance(events[-1], dict) and events[-1]["error"]["code"] == "upstream_error"
+    assert "[DONE]" not in events and upstreams["B"].requests == []
+
+
 def test_official_sdk_reads_a_continued_stream_as_one_answer(gw: str, upstreams: dict[str, ScriptedUpstream]) -> None:
     upstreams["A"].script([("counter", 4), ("reset",)])
     client = openai.OpenAI(base_url=f"{gw}/v1", api_key="sk-client", max_retries=0)

@@ -89,9 +89,15 @@ def test_a_long_answer_is_not_kept_for_a_continuation() -> None:
     assert continuation_body(parse_request(Operation.CHAT, chat()), observer, "m") is None
 
 
+def finished_with_text() -> StreamObserver:
+    observer = observed("One", ", two")
+    observer.feed(b'data: {"id":"a","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n')
+    return observer
+
+
 @pytest.mark.parametrize(
     "observer, limit",
-    [(finished_without_text(), None), (observed("a", reasoning=True), None), (observed("a", "b"), 2)],
+    [(finished_without_text(), None), (finished_with_text(), 100), (observed("a", reasoning=True), None), (observed("a", "b"), 2)],
 )
 def test_no_continuation(observer: StreamObserver, limit: int | None) -> None:
     extra = {"max_tokens": limit} if limit else {}
