@@ -30,6 +30,7 @@ from gateway.admission.queue import AdmissionQueue
 from gateway.admission.saturation import EndpointLoad, endpoint_loads
 from gateway.api import admin, admin_config, admin_console, admin_keys, admin_routing, admin_workers, health, openai
 from gateway.api.access import AccessMiddleware
+from gateway.api.cors import Cors
 from gateway.api.edge import Edge, internal_error
 from gateway.api.openai import GatewayApp
 from gateway.api.openapi import install_openapi
@@ -406,4 +407,5 @@ def create_app(
             log_payloads=settings.logging.log_payloads,
         )
     app.add_middleware(RequestIdMiddleware)
+    app.cors = Cors(app.dispatch, origins) if (origins := settings.server.cors_allow_origins) else None
     return app

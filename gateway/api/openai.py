@@ -98,8 +98,16 @@ class GatewayApp(FastAPI):
     """
 
     edge: Edge
+    cors: Any = None  # gateway.api.cors.Cors around :meth:`dispatch` when [server] cors_allow_origins is set
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.cors is not None:
+            await self.cors(scope, receive, send)
+        else:
+            await self.dispatch(scope, receive, send)
+
+    async def dispatch(self, scope: Any, receive: Any, send: Any) -> None:
+        """Inference to the edge, anything else to FastAPI's stack."""
         if scope["type"] == "http":
             operation: Operation | ApiCall | None = INFERENCE_PATHS.get(scope["path"]) if scope["method"] == "POST" else None
             if operation is None and scope["path"].startswith(_API_PREFIXES):  # another API of the table

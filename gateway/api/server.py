@@ -158,6 +158,7 @@ class KvgateHttpProtocol(LimitedHttpProtocol):
             or self.parser.get_method() != b"POST"
             or self.parser.should_upgrade()
             or (self.limit_concurrency is not None and len(self.tasks) >= self.limit_concurrency)
+            or (gateway.cors is not None and any(name == b"origin" for name, _ in self.headers))  # api/cors.py
         ):
             super().on_headers_complete()
             return

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import ipaddress
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from gateway.config.section import MiB, Section
 
@@ -72,6 +73,26 @@ class ServerSettings(Section):
         "match, index insert) one per event-loop turn, first come first served, so long prompts cannot stall the "
         "loop for the requests beside them; 0: off (gateway/turns.py). Read at start-up.",
     )
+
+    cors_allow_origins: list[str] = Field(
+        default_factory=list,
+        description="Origins (scheme://host[:port]) whose web pages may call the /v1/ APIs from a browser (CORS: "
+        "preflights answered, kvgate's response headers exposed; gateway/api/cors.py), or [\"*\"] for any; "
+        "[]: no CORS headers (browsers block cross-origin calls). Never covers /admin or /metrics. Read at start-up.",
+    )
+
+    @field_validator("cors_allow_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            if origin == "*":
+                continue
+            parts = urlsplit(origin)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query or parts.fragment:
+                raise ValueError(f"{origin!r} is not an origin: give scheme://host[:port] (no path, no trailing slash) or '*'")
+        if "*" in value and len(value) > 1:
+            raise ValueError("'*' allows any origin: list it alone")
+        return value
 
     def is_loopback(self) -> bool:
         """True if ``host`` binds only a loopback interface (127.0.0.0/8, ::1 or localhost)."""
