@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from gateway.config.section import Section
 
 PRIORITIES = ("interactive", "batch")
 MAX_WAIT_S = 3600.0  # the most a wait limit (the queue's TTL) may be, s: finite, so a waiter always ends
@@ -24,8 +26,8 @@ MAX_WAIT_S = 3600.0  # the most a wait limit (the queue's TTL) may be, s: finite
 Priority = Literal["interactive", "batch"]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Section(Section):
+    """This module's sections: :class:`~gateway.config.section.Section` (number fields refuse booleans)."""
 
 
 class AdmissionKeySettings(_Section):

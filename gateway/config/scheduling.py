@@ -18,16 +18,16 @@ from __future__ import annotations
 import ipaddress
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from gateway.config.section import zmq_address_problem
+from gateway.config.section import Section, zmq_address_problem
 
 BASIC_POLICIES = ("least-in-flight", "round-robin")
 """The built-in profiles that rank on in-flight counts and rotation only (no closed loop)."""
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Section(Section):
+    """This module's sections: :class:`~gateway.config.section.Section` (number fields refuse booleans)."""
 
 
 class PluginSettings(_Section):

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import types
+from typing import Annotated, Any, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 MiB = 1024 * 1024
 
@@ -113,7 +115,59 @@ def redact_url(url: str) -> str:
     return parts._replace(netloc=netloc, query=query).geturl()
 
 
-class Section(BaseModel):
-    """Base of every config section: unknown keys are errors; values are frozen once validated."""
+def _is_number(annotation: Any) -> bool:
+    """True for ``int`` and ``float``, alone, ``Annotated`` or in a union with None (``int | None``)."""
+    if annotation in (int, float):
+        return True
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _is_number(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        members = [arg for arg in get_args(annotation) if arg is not type(None)]
+        return bool(members) and all(_is_number(arg) for arg in members)
+    return False
+
+
+def boolean_for_number(annotation: Any, value: Any) -> str | None:
+    """Why ``value`` cannot stand for ``annotation``: a boolean where it wants a number, or None.
+
+    Pydantic's lax mode reads ``true`` as 1 for an ``int`` or ``float``; a config must not. Checks a
+    number field (``int``, ``float``, optionally ``| None``) and the items of a ``list``/``tuple``
+    or the values of a ``dict`` of numbers. A string (an environment variable) is left to pydantic.
+    """
+    if isinstance(value, bool):
+        return f"must be a number, not a boolean (got {str(value).lower()})" if _is_number(annotation) else None
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is dict and len(args) == 2 and isinstance(value, dict):
+        bad = [key for key, item in value.items() if isinstance(item, bool)]
+        if bad and _is_number(args[1]):
+            return f"values must be numbers, not booleans (got one for {bad[0]!r})"
+    if origin in (list, tuple, set, frozenset) and args and isinstance(value, (list, tuple)):
+        if any(isinstance(item, bool) for item in value) and all(_is_number(arg) for arg in args if arg is not Ellipsis):
+            return "items must be numbers, not booleans"
+    return None
+
+
+class StrictNumbers(BaseModel):
+    """A model whose number fields refuse booleans (``port = true`` is an error, not 1).
+
+    Every other value, strings from ``KVGATE__*`` environment variables included, is validated by
+    pydantic as before. Raises a validation error naming the field (``server.body_min_rate: must
+    be a number, not a boolean (got true)`` once :class:`ConfigError` formats it).
+    """
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        problem = boolean_for_number(field.annotation, value) if field is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+class Section(StrictNumbers):
+    """Base of every config section: unknown keys are errors; number fields refuse booleans; values are
+    frozen once validated."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
