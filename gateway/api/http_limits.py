@@ -182,6 +182,8 @@ _STALLED = {
     "{0.body_grace_s} s (server.body_min_rate, server.body_grace_s).",
     "body_max_s": "The request body did not arrive within {0.body_max_s} s (server.body_max_s).",
 }
+_CODING = ("Transfer-Encoding {!r} is not supported: kvgate reads only 'chunked', alone and once "
+           "(RFC 9112 6.1); send the body chunked or with a Content-Length.")
 _TOO_LARGE = "Request header fields too large: at most {} bytes in {} fields (server.max_header_bytes, server.max_headers)."
 
 
@@ -204,6 +206,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._flow: _TimedFlow = None  # type: ignore[assignment]
         self._timer: asyncio.TimerHandle | None = None
         self._refusal: bytes | None = None
+        self._chunked = False  # the current head's Transfer-Encoding: chunked was read
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -259,6 +262,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._head_since = self.loop.time()
         self._head_exact = 0
         self._header_count = 0
+        self._chunked = False
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
@@ -270,6 +274,11 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if self._header_count > self.limits.max_headers:
             self._refusal = self._too_large()
             raise _Refused()
+        if name.lower() == b"transfer-encoding":  # RFC 9112 6.1: only chunked, once; else 501
+            if self._chunked or value.strip().lower() != b"chunked":
+                self._refusal = _error(501, "unsupported_transfer_coding", _CODING.format(value[:100].decode("latin-1")), self.url)
+                raise _Refused()
+            self._chunked = True
         super().on_header(name, value)
 
     def check_head(self) -> None:

@@ -272,3 +272,21 @@ def test_time_the_gateway_holds_a_body_back_does_not_count(rated: RunningGateway
         rest += read_until(sock, b"data: [DONE]")
     second_answer = rest[rest.find(b"HTTP/1.1 ") :]  # after the first answer's last chunk
     assert second_answer.startswith(b"HTTP/1.1 200") and b"data: [DONE]" in second_answer, rest[:300]
+
+
+@pytest.mark.parametrize("coding", [b"gzip, chunked", b"gzip", b"identity", b"deflate"])
+def test_a_transfer_coding_other_than_chunked_gets_501(limited: RunningGateway, coding: bytes) -> None:
+    body = b'{"model": "m", "messages": []}'
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    with slow_socket(limited.port, HEAD + b"Transfer-Encoding: " + coding + b"\r\n\r\n" + chunked) as sock:
+        status, error = _status_and_error(read_all(sock))
+    assert status == 501 and error["code"] == "unsupported_transfer_coding", (coding, error)
+
+
+@pytest.mark.parametrize("heads", [b"Transfer-Encoding: chunked, chunked\r\n",
+                                   b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+                                   b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n"])
+def test_chunked_twice_or_with_a_length_is_a_bad_request(limited: RunningGateway, heads: bytes) -> None:
+    with slow_socket(limited.port, HEAD + heads + b"\r\n0\r\n\r\n") as sock:  # RFC 9112 6.1, 6.3: 400
+        status, error = _status_and_error(read_all(sock))
+    assert status == 400 and error["code"] == "invalid_http_request", error
