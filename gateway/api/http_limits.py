@@ -206,7 +206,6 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._flow: _TimedFlow = None  # type: ignore[assignment]
         self._timer: asyncio.TimerHandle | None = None
         self._refusal: bytes | None = None
-        self._chunked = False  # the current head's Transfer-Encoding: chunked was read
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -262,7 +261,6 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._head_since = self.loop.time()
         self._head_exact = 0
         self._header_count = 0
-        self._chunked = False
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
@@ -274,11 +272,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if self._header_count > self.limits.max_headers:
             self._refusal = self._too_large()
             raise _Refused()
-        if name.lower() == b"transfer-encoding":  # RFC 9112 6.1: only chunked, once; else 501
-            if self._chunked or value.strip().lower() != b"chunked":
-                self._refusal = _error(501, "unsupported_transfer_coding", _CODING.format(value[:100].decode("latin-1")), self.url)
-                raise _Refused()
-            self._chunked = True
+        # RFC 9112 6.1: only chunked, else 501 (chunked twice or beside Content-Length: the parser's 400)
+        if name.lower() == b"transfer-encoding" and value.strip().lower() != b"chunked":
+            self._refusal = _error(501, "unsupported_transfer_coding", _CODING.format(value[:100].decode("latin-1")), self.url)
+            raise _Refused()
         super().on_header(name, value)
 
     def check_head(self) -> None:

@@ -20,8 +20,6 @@ that answered.
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,32 +30,19 @@ import openai
 import pytest
 
 from bench import procs
+from tests.support.browser import need_chromium, start_chromium
 from tests.support.ops import REDIS_URL, drop_prefix, redis_prefix, toml_config
 
 ADMIN = "adm-console-browser-secret"
 CLIENT = "sk-console-browser-team"
 SHOTS = Path(__file__).resolve().parents[2] / "bench" / "out" / "console"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--no-first-run", "--window-size=1600,1000")
 WAIT_S = 60.0
 HANDBOOK = "Tenant handbook: answer politely, cite the policy section, never guess a number. " * 30
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import ElementNotInteractableException, StaleElementReferenceException  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
-
-
-def _need_chromium() -> None:
-    if os.path.exists(CHROMIUM) and os.path.exists(DRIVER):
-        return
-    message = "Debian's chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)"
-    if os.environ.get("CI"):
-        pytest.fail(message)  # .ci/run installs them: missing there is a failure, not a skip
-    pytest.skip(message)
 
 
 def _config(port: int, sims: dict[str, int], state: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -114,7 +99,7 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    _need_chromium()
+    need_chromium()
     running = Stack(tmp_path_factory.mktemp("console"))
     try:
         running.wait()
@@ -125,11 +110,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(scope="module")
 def browser(stack: Stack) -> Iterator[Any]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver = start_chromium()
     SHOTS.mkdir(parents=True, exist_ok=True)
     try:
         yield driver

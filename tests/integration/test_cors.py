@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from gateway.config import ConfigError, build_settings
+from tests.support.browser import need_chromium, start_chromium
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import RunningGateway, chat_body
 
@@ -149,25 +150,10 @@ def page_origin() -> Iterator[str]:
 
 
 def test_a_browser_page_streams_from_kvgate_only_from_an_allowed_origin(fake_a: FakeUpstream, page_origin: str) -> None:
-    import os
-    import shutil
-
-    chromium, driver_path = shutil.which("chromium") or "/usr/bin/chromium", shutil.which("chromedriver") or "/usr/bin/chromedriver"
-    if not (os.path.exists(chromium) and os.path.exists(driver_path)):
-        message = "Debian's chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"):
-        options.add_argument(flag)
+    need_chromium()
     allowed = RunningGateway(_config(fake_a, [page_origin])).start()
     refused = RunningGateway(_config(fake_a, [PAGE])).start()
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    driver = start_chromium()
     try:
         driver.set_script_timeout(30)
         driver.get(page_origin + "/")
