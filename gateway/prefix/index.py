@@ -30,11 +30,23 @@ frees it, and nothing else changes.
 - **touch/expire** (the Redis store's mirror, ``state/redis_mirror.py``): insert with a write
   time per entry, and drop the oldest entries once older than the shared index's TTL.
 Not thread-safe; used from the event loop only.
+
+**Native by default**: :data:`BlockLRU` is ``gateway.prefix._lru.BlockLRU`` (``_lru.c``, built
+by ``pip install`` where a C compiler is found) with :class:`PyBlockLRU`'s exact semantics: flat
+node arrays recycled once full and an open-addressing table that deletes by backward shift, so an
+index at its capacity never rebuilds a table (the ``OrderedDict``'s rebuilds stalled the loop
+11-50 ms at 262,144 entries, docs/overhead.md), about 32 bytes per entry against ~200, and no
+object for the collector to walk. Its keys must be ints in ``[0, 2**64)`` (block hashes are
+``xxh3_64``): others raise ``TypeError``/``OverflowError`` on insert, touch and load. Where it is
+not built, or with ``KVGATE_NATIVE_LRU=0`` in the environment, :data:`BlockLRU` is
+:class:`PyBlockLRU`; :data:`NATIVE` says which. ``tests/unit/gateway/prefix/test_native_lru.py``
+replays random operations on both and compares every answer and state.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
@@ -64,8 +76,8 @@ def untrack(container: _T) -> _T:
     return container
 
 
-class BlockLRU:
-    """A bounded LRU set of block hashes (most recent last)."""
+class PyBlockLRU:
+    """A bounded LRU set of block hashes (most recent last); the reference for the native one."""
 
     __slots__ = ("capacity", "_entries")
 
@@ -163,11 +175,24 @@ class BlockLRU:
     def clear(self) -> None:
         self._entries.clear()
 
+    def items(self) -> list[tuple[int, int | None]]:
+        """``(hash, stamp or None)`` pairs, least recent first."""
+        return list(self._entries.items())
+
     def _evict(self) -> None:
         entries = self._entries
         overflow = len(entries) - self.capacity
         for _ in range(overflow if overflow > 0 else 0):
             entries.popitem(last=False)
+
+
+try:
+    from gateway.prefix._lru import BlockLRU as _NativeBlockLRU
+except ImportError:  # not built (no C compiler at install): the pure-Python one
+    _NativeBlockLRU = None
+
+NATIVE = _NativeBlockLRU is not None and os.environ.get("KVGATE_NATIVE_LRU", "1") != "0"
+BlockLRU: type[PyBlockLRU] = _NativeBlockLRU if NATIVE else PyBlockLRU  # type: ignore[assignment]
 
 
 class PrefixIndex:
@@ -200,7 +225,7 @@ class PrefixIndex:
                 matched[name] = 0
                 continue
             matched[name] = lru.match(blocks)
-            if affinity is not None and affinity in lru._entries:
+            if affinity is not None and affinity in lru:
                 holding.append(name)
         return matched, holding
 

@@ -72,9 +72,19 @@ def test_context_filter_keeps_what_the_build_copies():
     ignore = (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
     rules = [line for line in ignore if line and not line.startswith("#")]
     assert rules[0] == "*", "exclude everything, then re-include what the build needs"
-    for path in ("pyproject.toml", "README.md", "gateway/", "backends/", "deploy/docker/config.toml"):
+    for path in ("pyproject.toml", "setup.py", "README.md", "gateway/", "backends/", "deploy/docker/config.toml"):
         assert f"!{path}" in ignore, path
         assert (REPO / path).exists(), path
+
+
+def test_the_builder_compiles_the_native_lru():
+    """setup.py's extension (gateway/prefix/_lru.c) needs a C compiler in the builder, and the
+    build checks that the installed wheel imports it; no local .so enters the context."""
+    builder = stages()[0]
+    assert any(w == "RUN" and "apt-get install" in r and "gcc" in r for w, r in builder)
+    assert any(w == "COPY" and "setup.py" in r.split() for w, r in builder)
+    assert any(w == "RUN" and "import gateway.prefix._lru" in r for w, r in builder)
+    assert "**/*.so" in (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
 
 
 def test_baked_config_loads(monkeypatch):

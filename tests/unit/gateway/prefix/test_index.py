@@ -1,4 +1,8 @@
-"""The prefix index: LRU order, prefix closure, binary-search match, resize, clear, memory bound."""
+"""The prefix index: LRU order, prefix closure, binary-search match, resize, clear, memory bound.
+
+Every test runs on both LRUs: the native one (``gateway.prefix._lru``, where built) and the
+pure-Python reference (``PyBlockLRU``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,20 @@ import sys
 
 import pytest
 
-from gateway.prefix.index import BlockLRU, PrefixIndex, untrack
+import gateway.prefix.index as index_module
+from gateway.prefix.index import BlockLRU, PrefixIndex, PyBlockLRU, untrack
+
+_IMPLS = [pytest.param(PyBlockLRU, id="python")]
+if index_module._NativeBlockLRU is not None:
+    _IMPLS.append(pytest.param(index_module._NativeBlockLRU, id="native"))
+
+
+@pytest.fixture(autouse=True, params=_IMPLS)
+def lru_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> type:
+    """``BlockLRU`` here and in the index module is each implementation in turn."""
+    monkeypatch.setitem(globals(), "BlockLRU", request.param)
+    monkeypatch.setattr(index_module, "BlockLRU", request.param)
+    return request.param
 
 
 def chain(tag: int, n: int, shared: int = 0) -> list[int]:
@@ -94,27 +111,28 @@ def test_touch_stamps_entries_and_expire_drops_the_oldest_first() -> None:
     lru.touch([1], (), 300)  # a touch moves and restamps
     assert lru.expire(150) == 2 and len(lru) == 4  # 3 and 2 (stamped 100); 1 was restamped
     assert 1 in lru and 3 not in lru and 2 not in lru
-    assert lru.expire(250) == 3 and list(lru._entries) == [1]
+    assert lru.expire(250) == 3 and [h for h, _ in lru.items()] == [1]
     lru.insert([7])  # an unstamped entry stops expiry
-    assert lru.expire(10_000) == 1 and list(lru._entries) == [7]
+    assert lru.expire(10_000) == 1 and [h for h, _ in lru.items()] == [7]
     assert lru.trim([7], 0) == 1 and len(lru) == 0
 
 
 def test_load_appends_a_snapshot_in_order_and_evicts_over_capacity() -> None:
     lru = BlockLRU(3)
     lru.load([(1, 10), (2, 20), (3, 30), (4, 40)])
-    assert list(lru._entries.items()) == [(2, 20), (3, 30), (4, 40)]
+    assert lru.items() == [(2, 20), (3, 30), (4, 40)]
 
 
 @pytest.mark.skipif(sys.implementation.name != "cpython", reason="PyObject_GC_UnTrack is CPython's")
 def test_an_lru_is_out_of_the_cyclic_collectors_sight_and_works_the_same() -> None:
     """Its entries are ints: a full collection need not visit them (prefix/index.py, untrack)."""
     lru = BlockLRU(4)
-    assert not gc.is_tracked(lru._entries)
+    held = getattr(lru, "_entries", lru)  # the Python one's OrderedDict; the native object itself
+    assert not gc.is_tracked(held)
     lru.insert([1, 2, 3])
     lru.touch([1, 2], [9], stamp=5)
     lru.insert([7, 8])
-    assert not gc.is_tracked(lru._entries)  # inserting ints never tracks it again
+    assert not gc.is_tracked(held)  # inserting ints never tracks it again
     assert lru.match([1, 2, 3]) == 1 and 2 not in lru and 3 not in lru and len(lru) == 4  # 3 and 2 were the oldest
     gc.collect()
     assert lru.match([1, 2]) == 1 and lru.match([7, 8]) == 2 and 9 in lru
