@@ -325,7 +325,7 @@ class ApiDirector:
             cluster = pinned.spec.cluster
             model = next(
                 (entry.id for entry in self._proxy._catalog.entries()
-                 if entry.cluster == cluster and key.limits.allows(entry.id)),
+                 if entry.cluster == cluster and key.limits.allows(entry.id, entry.alias_of)),
                 cluster,
             )
         return InferenceRequest(Operation.CHAT, model, False, {"model": model, "messages": []}, request.raw)

@@ -95,7 +95,7 @@ class Operations:
             store_errors=errors,
             quota_refusals=lambda key, limit: metrics.quota_refusals.labels(key.name, limit).inc(),
             wall_clock=wall_clock,
-            reachable=catalog.clusters_of,
+            catalog=catalog,
             settle_interval_s=settings.quotas.settle_interval_s,
         )
         self.runtime = Runtime(

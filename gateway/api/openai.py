@@ -135,7 +135,7 @@ async def list_models(request: Request) -> Response:
         {"id": entry.id, "object": "model", "created": created, "owned_by": "kvgate",
          "serves": _serves(clusters.get(entry.cluster))}
         for entry in container.catalog.entries()
-        if key.limits.allows(entry.id)
+        if key.limits.allows(entry.id, entry.alias_of)
     ]
     return container.json({"object": "list", "data": data})
 
@@ -148,7 +148,7 @@ async def retrieve_model(request: Request) -> Response:
     key = container.ops.gate.authenticate(request.headers.get("authorization"))
     model = request.path_params["model"]
     entry = container.catalog.resolve(model)  # ModelNotFoundError (404) for an unknown name
-    if not key.limits.allows(model):
+    if not key.limits.allows(model, entry.alias_of):
         raise ModelNotFoundError(f"The model `{model}` does not exist or you do not have access to it.", param="model")
     serves = _serves(container.settings.clusters.get(entry.cluster))
     return container.json({"id": model, "object": "model", "created": container.started_at, "owned_by": "kvgate",

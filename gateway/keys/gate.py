@@ -33,6 +33,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gateway.errors import PermissionDeniedError, RateLimitError, StateStoreError
 from gateway.keys.limits import MICRO_USD, Reservation, Verdict, estimate_prompt_tokens
@@ -45,6 +46,16 @@ from gateway.state.base import raise_if_cancelling
 log = logging.getLogger("kvgate.keys")
 
 _BATCH = 256
+
+
+class ModelNames(Protocol):
+    """What the gate reads of the model catalog (``selection/catalog.py``'s ``ModelCatalog``)."""
+
+    def alias_of(self, model: str) -> str | None:
+        """The public model name ``model`` is an alias of; None for any other name."""
+
+    def clusters_of(self, models: frozenset[str]) -> frozenset[str]:
+        """Every cluster the routes of ``models`` hold (failover chains included)."""
 
 
 @dataclass(slots=True)  # made per request, never changed: not frozen (a frozen __init__ costs ~5x)
@@ -92,12 +103,12 @@ class KeyGate:
         quota_refusals: Callable[[KeyRecord, str], None] = lambda key, limit: None,
         wall_clock: Callable[[], float] = time.time,
         queue_size: int = 10_000,
-        reachable: Callable[[frozenset[str]], frozenset[str]] | None = None,
+        catalog: ModelNames | None = None,
         settle_interval_s: float = 0.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.table = table
-        self._reachable = reachable  # allowed model names -> the clusters their routes hold
+        self._catalog = catalog  # aliases, and the clusters the allowed names' routes hold
         self.store = store
         self._fail_open = on_store_error == "allow"
         self._store_errors = store_errors
@@ -140,11 +151,11 @@ class KeyGate:
             StateStoreError: (503) the store failed and ``quotas.on_store_error = "deny"``.
         """
         limits = key.limits
-        if not limits.allows(model):
+        if not limits.allows(model, None if self._catalog is None or limits.models is None else self._catalog.alias_of(model)):
             raise PermissionDeniedError(
                 f"The key '{key.name}' may not use the model `{model}`.", param="model"
             )
-        if limits.models is not None and clusters and self._reachable is not None:
+        if limits.models is not None and clusters and self._catalog is not None:
             self._check_clusters(key, model, clusters)
         if not limits.metered:
             return Admission(key)
@@ -174,8 +185,8 @@ class KeyGate:
         return Admission(key, reserve, cost, now)
 
     def _check_clusters(self, key: KeyRecord, model: str, clusters: Sequence[str]) -> None:
-        assert self._reachable is not None and key.limits.models is not None
-        allowed = self._reachable(key.limits.models)
+        assert self._catalog is not None and key.limits.models is not None
+        allowed = self._catalog.clusters_of(key.limits.models)
         for cluster in clusters:
             if cluster not in allowed:
                 raise PermissionDeniedError(

@@ -50,8 +50,12 @@ class KeyLimits:
     budget_usd: float | None = None
     budget_period: str = "month"
 
-    def allows(self, model: str) -> bool:
-        return self.models is None or model in self.models
+    def allows(self, model: str, alias_of: str | None = None) -> bool:
+        """True if the key may call ``model``: no list, ``model`` in it, or ``model`` is an alias
+        (``[models.NAME] aliases``) of ``alias_of`` and that public name is in it. Listing an alias
+        grants that alias only, not the model's own name or its other aliases."""
+        models = self.models
+        return models is None or model in models or (alias_of is not None and alias_of in models)
 
     @property
     def metered(self) -> bool:

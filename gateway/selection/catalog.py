@@ -93,10 +93,18 @@ class ModelCatalog:
             )
         return entry
 
+    def alias_of(self, model: str) -> str | None:
+        """The public model name ``model`` is an alias of (``[models.NAME] aliases``); None for a
+        public name, a route selection alias, a cluster name or an unknown name. A key allowed a
+        model may call its aliases (``KeyLimits.allows``)."""
+        entry = self._entries.get(model)
+        return None if entry is None else entry.alias_of
+
     def clusters_of(self, models: frozenset[str]) -> frozenset[str]:
         """Every cluster the names in ``models`` may be served by: their routes' clusters,
-        failover chains included (a key's allow-list, checked on the route a request will take).
-        Unknown names add nothing. Memoized per set until the next :meth:`replace`."""
+        failover chains included (a key's allow-list, checked on the route a request will take),
+        and for a public name, its aliases' (the same route). Unknown names add nothing. Memoized
+        per set until the next :meth:`replace`."""
         found = self._reach.get(models)
         if found is None:
             entries = (self._entries.get(name) for name in models)

@@ -33,7 +33,7 @@ def _config(fake: FakeUpstream, prefix: str, **extra: Any) -> dict[str, Any]:
                 "price": {"input_per_mtok": 1.0, "cached_input_per_mtok": 0.5, "output_per_mtok": 2.0},
             }
         },
-        "models": {"qwen-fast": {"cluster": "fast"}, "other": {"cluster": "fast"}},
+        "models": {"qwen-fast": {"cluster": "fast", "aliases": ["qf"]}, "other": {"cluster": "fast", "aliases": ["ot"]}},
         **extra,
     }
 
@@ -95,7 +95,29 @@ def test_models_outside_a_keys_list_are_refused(pair: Pair, http: httpx.Client) 
     refused = _chat(first, http, secret, model="other")
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "model_not_allowed"
     models = http.get(first.base_url + "/models", headers={"Authorization": f"Bearer {secret}"}).json()["data"]
-    assert [entry["id"] for entry in models] == ["qwen-fast"]
+    assert [entry["id"] for entry in models] == ["qwen-fast", "qf"]  # the model and its alias
+
+
+def test_a_keys_model_list_covers_the_models_aliases_and_an_alias_only_itself(pair: Pair, http: httpx.Client) -> None:
+    """``models = ["qwen-fast"]`` admits its alias ``qf`` (the same model under another name) and
+    still refuses ``other`` and its alias ``ot``; ``models = ["qf"]`` admits ``qf`` alone."""
+    first, second = pair
+    by_model = _create(first, http, models=["qwen-fast"])
+    by_alias = _create(first, http, models=["qf"])
+    assert wait_until(lambda: _known_everywhere(pair, by_model["id"]) and _known_everywhere(pair, by_alias["id"]))
+    auth = {"Authorization": f"Bearer {by_model['key']}"}
+    for gateway in pair:
+        assert _chat(gateway, http, by_model["key"], model="qf").status_code == 200
+        for name in ("other", "ot"):
+            refused = _chat(gateway, http, by_model["key"], model=name)
+            assert refused.status_code == 403 and refused.json()["error"]["code"] == "model_not_allowed", name
+    assert http.get(second.base_url + "/models/qf", headers=auth).status_code == 200
+    assert http.get(second.base_url + "/models/ot", headers=auth).status_code == 404
+    assert _chat(second, http, by_alias["key"], model="qf").status_code == 200
+    refused = _chat(second, http, by_alias["key"], model="qwen-fast")
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "model_not_allowed"
+    listed = http.get(second.base_url + "/models", headers={"Authorization": f"Bearer {by_alias['key']}"}).json()["data"]
+    assert [entry["id"] for entry in listed] == ["qf"]
 
 
 def _assert_429(response: httpx.Response, code: str) -> None:

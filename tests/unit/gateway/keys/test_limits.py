@@ -130,3 +130,19 @@ def test_the_threshold_is_inclusive() -> None:
 )
 def test_log_wait(pivot: float, now: float, wait: int) -> None:
     assert log_wait(NOW + pivot, NOW + now) == wait
+
+
+@pytest.mark.parametrize(
+    ("models", "model", "alias_of", "allowed"),
+    [
+        (None, "anything", None, True),
+        (frozenset({"qwen"}), "qwen", None, True),
+        (frozenset({"qwen"}), "q", "qwen", True),  # an alias of an allowed model
+        (frozenset({"qwen"}), "o", "other", False),  # an alias of another model
+        (frozenset({"q"}), "q", "qwen", True),  # the alias listed itself
+        (frozenset({"q"}), "qwen", None, False),  # listing an alias grants only that alias
+        (frozenset(), "qwen", None, False),
+    ],
+)
+def test_a_model_list_admits_its_models_and_their_aliases(models, model, alias_of, allowed) -> None:
+    assert KeyLimits(models=models).allows(model, alias_of) is allowed
