@@ -27,11 +27,11 @@ import hmac
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from gateway.endpoints.allowlist import check_url, parse_networks
 from gateway.errors import AuthenticationError, ConflictError, InvalidRequestError, NotFoundError
-from gateway.config import redact_url
+from gateway.config import StrictNumbers, redact_url
 
 _NO_ENDPOINT = {"description": "No such endpoint"}
 _UNAUTHORIZED = {401: {"description": "Missing or wrong admin key"}, 404: {"description": "Admin API disabled"}}
@@ -133,7 +133,7 @@ def _kv_events(request: Request, endpoint: Any) -> dict[str, Any] | None:
             "blocks": sets.size(name), "block_size": sets.block_size(name)}
 
 
-class EndpointCreate(BaseModel):
+class EndpointCreate(StrictNumbers):
     """An endpoint to add at run time (kept in the state store, so every replica gets it)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -146,7 +146,7 @@ class EndpointCreate(BaseModel):
     health_url: str | None = Field(None, max_length=2048, description="Default: the URL's origin + /health.")
 
 
-class EndpointPatch(BaseModel):
+class EndpointPatch(StrictNumbers):
     model_config = ConfigDict(extra="forbid")
 
     weight: float | None = Field(None, gt=0, le=1000, description="New relative capacity.")

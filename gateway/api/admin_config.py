@@ -19,9 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from gateway.api.admin import require_admin
+from gateway.config import StrictNumbers
 from gateway.endpoints.model import Health
 from gateway.errors import InvalidRequestError, NotFoundError
 from gateway.observability.stats import compute_stats
@@ -34,7 +35,7 @@ router = APIRouter(
 )
 
 
-class PriceBody(BaseModel):
+class PriceBody(StrictNumbers):
     model_config = ConfigDict(extra="forbid")
 
     input_per_mtok: float = Field(ge=0, le=1e6, description="USD per 1M uncached input tokens.")
@@ -42,7 +43,7 @@ class PriceBody(BaseModel):
     output_per_mtok: float = Field(ge=0, le=1e6, description="USD per 1M output tokens.")
 
 
-class ClusterPatch(BaseModel):
+class ClusterPatch(StrictNumbers):
     model_config = ConfigDict(extra="forbid")
 
     price: PriceBody | None = None

@@ -16,9 +16,10 @@ import dataclasses
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from gateway.api.admin import require_admin
+from gateway.config import StrictNumbers
 from gateway.errors import ConflictError, NotFoundError
 from gateway.keys.model import KeyLimits, KeyRecord, new_key
 from gateway.keys.quota_store import day_of
@@ -31,7 +32,7 @@ router = APIRouter(
 )
 
 
-class KeyCreate(BaseModel):
+class KeyCreate(StrictNumbers):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=128, description="A label for people.")

@@ -30,7 +30,7 @@ from gateway.config.selection import (  # noqa: F401
     check_alias_names,
 )
 
-from gateway.config.section import MiB, ConfigError, Section, endpoint_url_problem, redact_url  # noqa: F401
+from gateway.config.section import MiB, ConfigError, Section, StrictNumbers, endpoint_url_problem, redact_url  # noqa: F401
 from gateway.config.aliases import DEPRECATED_KEYS, DeprecatedConfigKey, apply_deprecated_keys  # noqa: F401
 from gateway.config.server import ServerSettings  # noqa: F401
 from gateway.config.keys import ClientKeySettings, AuthSettings, QuotaSettings  # noqa: F401

@@ -133,11 +133,17 @@ def boolean_for_number(annotation: Any, value: Any) -> str | None:
 
     Pydantic's lax mode reads ``true`` as 1 for an ``int`` or ``float``; a config must not. Checks a
     number field (``int``, ``float``, optionally ``| None``) and the items of a ``list``/``tuple``
-    or the values of a ``dict`` of numbers. A string (an environment variable) is left to pydantic.
+    or the values of a ``dict`` of numbers, optional (``| None``) too. A string (an environment variable) is left to pydantic.
     """
     if isinstance(value, bool):
         return f"must be a number, not a boolean (got {str(value).lower()})" if _is_number(annotation) else None
     origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (Union, types.UnionType):  # ``dict[str, float] | None``: check against the container member
+        members = [arg for arg in args if arg is not type(None)]
+        if len(members) == 1:
+            return boolean_for_number(members[0], value)
+    if origin is Annotated:
+        return boolean_for_number(args[0], value)
     if origin is dict and len(args) == 2 and isinstance(value, dict):
         bad = [key for key, item in value.items() if isinstance(item, bool)]
         if bad and _is_number(args[1]):

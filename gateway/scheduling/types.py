@@ -18,10 +18,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from gateway.endpoints.metrics_parse import EngineStats
-from gateway.config import HotSpotSettings
+from gateway.config import HotSpotSettings, StrictNumbers
 from gateway.endpoints.model import Endpoint
 from gateway.prefix.hashing import PrefixKey
 from gateway.protocol.openai import InferenceRequest
@@ -108,7 +108,7 @@ class Hints:
         return len(self._produced)
 
 
-class Params(BaseModel):
+class Params(StrictNumbers):
     """A plugin type's parameters (``params`` of ``[[routing.plugins]]``): typed, checked once at build."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -176,6 +176,30 @@ def test_cluster_prices_and_weights_change_at_runtime(ops_gateway: RunningGatewa
     assert http.patch(ops_gateway.url + "/admin/clusters/fast", headers=admin(), json=restore).status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        ("POST", "/admin/endpoints", {"name": "b1", "cluster": "fast", "url": "http://127.0.0.1:1/v1", "model": "m", "weight": True}, "weight"),
+        ("PATCH", "/admin/endpoints/ops-a", {"weight": True}, "weight"),
+        ("PATCH", "/admin/clusters/fast", {"price": {"input_per_mtok": True, "output_per_mtok": 1.0}}, "input_per_mtok"),
+        ("PATCH", "/admin/clusters/fast", {"weights": {"ops-a": True}}, "weights"),
+        ("POST", "/admin/keys", {"name": "k", "rpm": True}, "rpm"),
+        ("POST", "/admin/keys", {"name": "k", "budget_usd": True}, "budget_usd"),
+    ],
+    ids=["endpoint-weight", "patch-weight", "price", "cluster-weights", "key-rpm", "key-budget"],
+)
+def test_admin_bodies_refuse_a_boolean_for_a_number(
+    ops_gateway: RunningGateway, http: httpx.Client, method: str, path: str, body: dict[str, Any], field: str,
+) -> None:
+    before = http.get(ops_gateway.url + "/admin/endpoints/ops-a", headers=admin()).json()["weight"]
+    response = http.request(method, ops_gateway.url + path, headers=admin(), json=body)
+    assert response.status_code in (400, 422), response.text
+    assert error_shape_ok(response.json())
+    assert field in response.text and "boolean" in response.text, response.text
+    assert http.get(ops_gateway.url + "/admin/endpoints/ops-a", headers=admin()).json()["weight"] == before
+    assert http.get(ops_gateway.url + "/admin/endpoints/b1", headers=admin()).status_code == 404
+
+
 def test_routes_list_models_and_aliases(ops_gateway: RunningGateway, http: httpx.Client) -> None:
     routes = http.get(ops_gateway.url + "/admin/routes", headers=admin()).json()
     by_id = {entry["id"]: entry for entry in routes["models"]}

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.config import ConfigError, build_settings
+from gateway.config.section import boolean_for_number
 
 
 @pytest.mark.parametrize(
@@ -61,3 +62,20 @@ def test_an_environment_word_for_a_number_is_still_an_error(monkeypatch: pytest.
     monkeypatch.setenv("KVGATE__SERVER__BODY_MIN_RATE", "true")
     with pytest.raises(ConfigError, match="server.body_min_rate"):
         build_settings({})
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value", "refused"),
+    [
+        (dict[str, float] | None, {"a": True}, True),
+        (dict[str, float] | None, {"a": 1.5}, False),
+        (dict[str, float] | None, None, False),
+        (list[int] | None, [1, False], True),
+        (int | None, True, True),
+        (bool | None, True, False),
+        (dict[str, bool] | None, {"a": True}, False),
+        (str | int, True, False),  # a union of unlike members is left to pydantic
+    ],
+)
+def test_optional_containers_of_numbers_refuse_booleans(annotation: object, value: object, refused: bool) -> None:
+    assert (boolean_for_number(annotation, value) is not None) is refused

@@ -27,6 +27,8 @@ ERRORS: list[tuple[str, list[dict[str, Any]], dict[str, Any], type[Exception], s
     ("unknown type, default name", [{"type": "queu"}], {}, UnknownPluginError, r"routing\.plugins\[queu\]: unknown plugin type 'queu'"),
     ("bad param value", [{"type": "queue", "name": "queue-fast", "params": {"half": -1}}], {}, ConfigError,
      r"routing\.plugins\[queue-fast\]\.params: half: Input should be greater than 0"),
+    ("boolean for a number", [{"type": "queue", "name": "queue-fast", "params": {"half": True}}], {}, ConfigError,
+     r"routing\.plugins\[queue-fast\]\.params: half: .*must be a number, not a boolean \(got true\)"),
     ("unknown param", [{"type": "queue", "name": "queue-fast", "params": {"halff": 4}}], {}, ConfigError,
      r"routing\.plugins\[queue-fast\]\.params: halff: Extra inputs are not permitted"),
     ("param of a type that takes none", [{"type": "prefix", "name": "p2", "params": {"x": 1}}], {}, ConfigError,
