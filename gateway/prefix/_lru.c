@@ -178,7 +178,17 @@ static inline uint32_t node_limit(const LRU *self) {
 
 static void evict_over(LRU *self) {
     uint32_t limit = node_limit(self);
-    while (self->count > limit) evict_head(self);
+    Node *nodes = self->nodes;
+    while (self->count > limit) {
+        /* The next head's node was fetched one eviction ago: start its table slot and the node
+         * after it now, so the misses of consecutive evictions overlap instead of queueing. */
+        uint32_t next = nodes[self->head].next;
+        if (next != NIL) {
+            __builtin_prefetch(&self->table[mix(nodes[next].key) & self->mask]);
+            if (nodes[next].next != NIL) __builtin_prefetch(&nodes[nodes[next].next]);
+        }
+        evict_head(self);
+    }
 }
 
 /* Room for `need` live entries: node slots by doubling up to the capacity, past it (a call that
@@ -223,6 +233,7 @@ static int touch_key(LRU *self, uint64_t key, int stamp_it, int64_t stamp) {
     if (self->free_head != NIL) {
         node = self->free_head;
         self->free_head = self->nodes[node].next;
+        if (self->free_head != NIL) __builtin_prefetch(&self->nodes[self->free_head], 1);
     } else {
         if (self->used == self->node_cap) {
             if (reserve(self, (uint64_t)self->count + 1) < 0) return -1;
@@ -348,6 +359,15 @@ static PyObject *LRU_match(LRU *self, PyObject *hashes) {
     return PyLong_FromSsize_t(result);
 }
 
+/* Start fetching the table slot `obj` (a key not yet touched) probes first: keys are random, so
+ * each probe would otherwise wait on a cache miss of its own. A non-key is skipped silently (its
+ * touch raises). */
+#define PREFETCH_AHEAD 8
+static inline void prefetch_slot(const LRU *self, PyObject *obj) {
+    uint64_t key;
+    if (self->table != NULL && lookup_key(obj, &key)) __builtin_prefetch(&self->table[mix(key) & self->mask]);
+}
+
 /* Touch hashes tail first, then extra (both sequences or iterables); then evict over capacity. */
 static PyObject *touch_all(LRU *self, PyObject *hashes, PyObject *extra, int stamp_it, int64_t stamp) {
     PyObject *seq = PySequence_Fast(hashes, "hashes must be a sequence");
@@ -360,6 +380,7 @@ static PyObject *touch_all(LRU *self, PyObject *hashes, PyObject *extra, int sta
     }
     for (Py_ssize_t i = PySequence_Fast_GET_SIZE(seq) - 1; i >= 0; i--) {
         uint64_t key;
+        if (i >= PREFETCH_AHEAD) prefetch_slot(self, items[i - PREFETCH_AHEAD]);
         if (as_key(items[i], &key) < 0 || touch_key(self, key, stamp_it, stamp) < 0) {
             Py_DECREF(seq);
             return NULL;
