@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py gateway/prefix/_lru.c
+$(VENV)/.installed: pyproject.toml setup.py gateway/prefix/_lru.c gateway/prefix/_chain.c
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e ".[test]"

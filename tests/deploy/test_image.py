@@ -78,12 +78,12 @@ def test_context_filter_keeps_what_the_build_copies():
 
 
 def test_the_builder_compiles_the_native_lru():
-    """setup.py's extension (gateway/prefix/_lru.c) needs a C compiler in the builder, and the
+    """setup.py's extensions (gateway/prefix/_lru.c, _chain.c) need a C compiler in the builder, and the
     build checks that the installed wheel imports it; no local .so enters the context."""
     builder = stages()[0]
     assert any(w == "RUN" and "apt-get install" in r and "gcc" in r for w, r in builder)
     assert any(w == "COPY" and "setup.py" in r.split() for w, r in builder)
-    assert any(w == "RUN" and "import gateway.prefix._lru" in r for w, r in builder)
+    assert any(w == "RUN" and "import gateway.prefix._lru, gateway.prefix._chain" in r for w, r in builder)
     assert "**/*.so" in (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
 
 
