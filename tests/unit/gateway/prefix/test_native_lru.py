@@ -122,6 +122,18 @@ def test_keys_outside_uint64_are_refused_on_writes_and_absent_on_reads() -> None
     assert lru.items() == [(2, None), (1, None)]  # the refused writes changed nothing
 
 
+@pytest.mark.parametrize("at", [0, 5, 11, 19])
+def test_a_bad_key_in_a_long_chain_raises_at_its_turn(at: int) -> None:
+    """Keys are converted ahead of their touch (to prefetch their slots): a bad one still raises
+    only when reached, tail first, so the keys after it are in and the ones before it are not."""
+    chain: list[object] = list(range(100, 120))
+    chain[at] = "bad"
+    lru = Native(64)
+    with pytest.raises(TypeError):
+        lru.insert(chain)
+    assert [key for key, _ in lru.items()] == list(range(119, 100 + at, -1))
+
+
 def test_memory_is_bounded_by_capacity_and_freed_by_clear() -> None:
     lru = Native(10_000)
     rng = random.Random(7)
