@@ -337,7 +337,7 @@ def create_app(
     )
     routing = RoutingRuntime(
         settings.routing, settings.state, container.registry, metrics_registry=container.metrics.registry, clock=clock,
-        guard=guard, turns=TurnGate(settings.server.heavy_step_bytes) if settings.server.heavy_step_bytes > 0 else None,
+        guard=guard, turns=TurnGate(settings.server.heavy_step_bytes, settings.server.heavy_turn_bytes) if settings.server.heavy_step_bytes > 0 else None,
     )
     container.selector = RouteSelector(
         settings=lambda: container.settings,

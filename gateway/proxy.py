@@ -146,7 +146,7 @@ class Proxy:
         check_content_encoding(headers.get("content-encoding"))
         turns = self.turns
         if turns is not None and len(raw) >= turns.min_bytes:
-            await turns.turn()  # one heavy step per loop turn (gateway/turns.py)
+            await turns.turn(len(raw))  # heavy work bounded per loop turn (gateway/turns.py)
         offload = self._parse_offload
         if offload is None or len(raw) <= offload.inline_limit:
             parsed = parse_request(operation, raw)

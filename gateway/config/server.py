@@ -68,10 +68,17 @@ class ServerSettings(Section):
     )
     parse_workers: int = Field(1, ge=1, le=16, description="Worker processes for off-loop parsing (per gateway process).")
     heavy_step_bytes: int = Field(
-        64 * 1024, ge=0,
+        16 * 1024, ge=0,
         description="Request bodies of at least this many bytes take their CPU-heavy steps (parse, prefix key and "
-        "match, index insert) one per event-loop turn, first come first served, so long prompts cannot stall the "
-        "loop for the requests beside them; 0: off (gateway/turns.py). Read at start-up.",
+        "match, index insert) through the turn gate: at most heavy_turn_bytes of them per event-loop turn, first "
+        "come first served, so long prompts cannot stall the loop for the requests beside them; 0: off "
+        "(gateway/turns.py). Read at start-up.",
+    )
+    heavy_turn_bytes: int = Field(
+        256 * 1024, ge=1, le=1 << 30,
+        description="The heavy work one event-loop turn takes, as the bytes its steps cover (a parse or a scheduling "
+        "step: the body; an index insert: the hashed blocks); the first step of a turn always runs. 256 KiB: one "
+        "200 KB prompt's step per turn, or eight 32 KB ones. Read at start-up.",
     )
 
     cors_allow_origins: list[str] = Field(

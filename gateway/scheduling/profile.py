@@ -194,7 +194,7 @@ class ProfileDecision(Decision):
         turns = self._turns
         key = self.key
         if turns is not None and key.length >= turns.min_bytes:
-            turns.defer(self._store.record, name, key)  # a long prompt's insert: one heavy step per loop turn
+            turns.defer(len(key.blocks) * key.block_bytes, self._store.record, name, key)  # a long prompt's insert: heavy work bounded per loop turn
         else:
             self._store.record(name, key)
         self._feedback.committed(name, approximate)
@@ -300,7 +300,7 @@ class ProfileScheduler:
             return Decision(ejected)
         turns = self.turns
         if turns is not None and len(request.raw) >= turns.min_bytes and self.closed_loop:
-            await turns.turn()  # the prefix key and match of a long prompt: one heavy step per loop turn
+            await turns.turn(len(request.raw))  # the prefix key and match of a long prompt: heavy work bounded per loop turn
         ctx = self._context(routable, request)
         producers = self._producers
         hints = await gather_hints(producers, ctx, routable, self._deadline, self._metrics) if producers else Hints()

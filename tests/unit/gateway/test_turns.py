@@ -1,4 +1,4 @@
-"""The turn gate (``gateway/turns.py``): one heavy step per event-loop turn, FIFO, cancellable."""
+"""The turn gate (``gateway/turns.py``): heavy steps bounded per event-loop turn (bytes covered), FIFO, cancellable."""
 
 from __future__ import annotations
 
@@ -31,10 +31,12 @@ def test_heavy_is_from_min_bytes_which_is_at_least_one() -> None:
     assert not gate.heavy(999) and gate.heavy(1000) and gate.heavy(10**9)
     with pytest.raises(ValueError, match="min_bytes must be >= 1"):
         TurnGate(0)
+    with pytest.raises(ValueError, match="turn_bytes must be >= 1"):
+        TurnGate(1, 0)
 
 
 async def test_one_heavy_step_per_turn_in_arrival_order() -> None:
-    gate = TurnGate(1)
+    gate = TurnGate(1, 1)
     turns = Turns()
     ran: list[tuple[int, int]] = []  # (task, turn its step ran in)
 
@@ -51,7 +53,7 @@ async def test_one_heavy_step_per_turn_in_arrival_order() -> None:
 
 
 async def test_a_free_turn_is_taken_at_once() -> None:
-    gate = TurnGate(1)
+    gate = TurnGate(1, 1)
     turns = Turns()
     before = turns.now
     await gate.turn()
@@ -64,7 +66,7 @@ async def test_a_free_turn_is_taken_at_once() -> None:
 
 
 async def test_a_cancelled_waiter_is_skipped_and_the_next_one_goes() -> None:
-    gate = TurnGate(1)
+    gate = TurnGate(1, 1)
     order: list[str] = []
 
     async def request(name: str) -> None:
@@ -84,13 +86,13 @@ async def test_a_cancelled_waiter_is_skipped_and_the_next_one_goes() -> None:
 
 
 async def test_deferred_steps_run_now_when_free_else_one_per_later_turn() -> None:
-    gate = TurnGate(1)
+    gate = TurnGate(1, 1)
     turns = Turns()
     ran: list[tuple[str, int]] = []
-    gate.defer(lambda: ran.append(("now", turns.now)))
+    gate.defer(1, lambda: ran.append(("now", turns.now)))
     assert ran == [("now", turns.now)]  # the turn was free: ran inline
     for name in ("a", "b"):
-        gate.defer(lambda name=name: ran.append((name, turns.now)))
+        gate.defer(1, lambda name=name: ran.append((name, turns.now)))
     assert [name for name, _ in ran] == ["now"]
     for _ in range(10):
         await asyncio.sleep(0)
@@ -100,15 +102,60 @@ async def test_deferred_steps_run_now_when_free_else_one_per_later_turn() -> Non
 
 
 async def test_a_failing_deferred_step_is_logged_and_the_gate_goes_on(caplog: pytest.LogCaptureFixture) -> None:
-    gate = TurnGate(1)
+    gate = TurnGate(1, 1)
     await gate.turn()  # the turn is taken: the next steps queue
 
     def boom() -> None:
         raise RuntimeError("boom")
 
     done: list[bool] = []
-    gate.defer(boom)
-    gate.defer(lambda: done.append(True))
+    gate.defer(1, boom)
+    gate.defer(1, lambda: done.append(True))
     for _ in range(5):
         await asyncio.sleep(0)
     assert done == [True] and "a deferred heavy step failed" in caplog.text
+
+
+async def test_a_turn_takes_the_steps_that_fit_its_bytes_and_always_one() -> None:
+    gate = TurnGate(1, 100)
+    turns = Turns()
+    ran: list[tuple[str, int]] = []
+
+    async def request(name: str, size: int) -> None:
+        await gate.turn(size)
+        ran.append((name, turns.now))
+
+    sizes = {"a": 30, "b": 30, "c": 30, "d": 30, "big": 500, "e": 60, "f": 50}
+    await asyncio.gather(*(request(name, size) for name, size in sizes.items()))
+    turns.stop()
+    assert [name for name, _ in ran] == list(sizes)  # first come, first served
+    turn_of = dict(ran)
+    assert turn_of["a"] == turn_of["b"] == turn_of["c"] < turn_of["d"]  # 90 of 100 bytes, the 4th waits
+    assert turn_of["d"] < turn_of["big"] < turn_of["e"]  # 30 + 500 does not fit; 500 alone runs (the first of its turn)
+    assert turn_of["e"] < turn_of["f"]  # 60 + 50 > 100
+    assert gate.queued == 0 and gate.steps == 7
+
+
+async def test_deferred_steps_and_waiters_share_a_turn_within_its_bytes() -> None:
+    gate = TurnGate(1, 100)
+    turns = Turns()
+    ran: list[tuple[str, int]] = []
+    await gate.turn(100)  # this turn is full: what follows queues
+    first = turns.now
+
+    async def request(name: str) -> None:
+        await gate.turn(40)
+        ran.append((name, turns.now))
+
+    task = asyncio.create_task(request("waiter"))
+    await asyncio.sleep(0)
+    gate.defer(40, lambda: ran.append(("deferred", turns.now)))
+    gate.defer(40, lambda: ran.append(("later", turns.now)))
+    await task
+    for _ in range(6):
+        await asyncio.sleep(0)
+    turns.stop()
+    when = dict(ran)
+    assert when["waiter"] == when["deferred"] > first  # 80 bytes: one batch, one turn
+    assert when["later"] > when["deferred"]  # 120 > 100: the next turn
+    assert gate.queued == 0
