@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.prefix import hashing
 from gateway.prefix import index as index_module
 from gateway.prefix.index import PyBlockLRU
 
@@ -152,10 +153,20 @@ def test_memory_is_bounded_by_capacity_and_freed_by_clear() -> None:
     assert not gc.is_tracked(lru)
 
 
-def test_the_environment_switch_selects_the_python_lru() -> None:
-    code = "from gateway.prefix import index; print(index.NATIVE, index.BlockLRU.__module__)"
+@pytest.mark.parametrize(
+    ("switch", "code", "native", "python"),
+    [
+        ("KVGATE_NATIVE_LRU", "from gateway.prefix import index; print(index.NATIVE, index.BlockLRU.__module__)",
+         ["True", "gateway.prefix._lru"], ["False", "gateway.prefix.index"]),
+        ("KVGATE_NATIVE_CHAIN", "from gateway.prefix import hashing; print(hashing.NATIVE_CHAIN, hashing.chain_hashes.__name__)",
+         ["True", "chain_hashes"], ["False", "py_chain_hashes"]),
+    ],
+    ids=["lru", "chain"],
+)
+def test_the_environment_switches_select_the_python_ones(switch: str, code: str, native: list[str], python: list[str]) -> None:
+    if switch == "KVGATE_NATIVE_CHAIN" and hashing._native_chain_hashes is None:
+        pytest.skip("gateway.prefix._chain is not built (no C compiler at install)")
     on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"KVGATE_NATIVE_LRU": "0", "PATH": ""})
-    assert on.stdout.split() == ["True", "gateway.prefix._lru"]
-    assert off.stdout.split() == ["False", "gateway.prefix.index"]
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={switch: "0", "PATH": ""})
+    assert on.stdout.split() == native
+    assert off.stdout.split() == python
