@@ -7,6 +7,7 @@ table grow and wrap, compare every answer and the whole state (``items()``, leas
 from __future__ import annotations
 
 import gc
+import os
 import random
 import subprocess
 import sys
@@ -166,7 +167,8 @@ def test_memory_is_bounded_by_capacity_and_freed_by_clear() -> None:
 def test_the_environment_switches_select_the_python_ones(switch: str, code: str, native: list[str], python: list[str]) -> None:
     if switch == "KVGATE_NATIVE_CHAIN" and hashing._native_chain_hashes is None:
         pytest.skip("gateway.prefix._chain is not built (no C compiler at install)")
-    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    default = {name: value for name, value in os.environ.items() if not name.startswith("KVGATE_NATIVE_")}
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=default)
     off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={switch: "0", "PATH": ""})
     assert on.stdout.split() == native
     assert off.stdout.split() == python
