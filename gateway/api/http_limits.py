@@ -314,9 +314,13 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     def _start_body(self, cycle: RequestResponseCycle) -> None:
         """Time the body of the request whose head ended in this read: the first read left without a timer."""
         now = self._body_since = self._last_read
-        self._body_bytes = len(cycle.body)  # what this read held of it (the app has not run yet)
+        self._body_bytes = self._buffered(cycle)  # what this read held of it (the app has not run yet)
         self._flow.restart(now, self._flow.read_paused or cycle.waiting_for_100_continue)
         self._arm(self.limits.first_body_check_s)
+
+    def _buffered(self, cycle: RequestResponseCycle) -> int:
+        """Body bytes ``cycle`` holds that its app has not taken yet."""
+        return len(cycle.body)
 
     def _arm(self, delay_s: float) -> None:
         self._disarm()

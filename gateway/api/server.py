@@ -44,6 +44,12 @@ from gateway.api.openai import GatewayApp
 from gateway.protocol.openai import Operation
 from gateway.relay import ClientDisconnected
 
+BODY_HIGH_WATER = 1024 * 1024
+"""Bytes of an inference body buffered before reading pauses (uvicorn pauses at 64 KiB, for an ASGI
+app that reads its body in parts). The raw door reads the whole body before it does anything with
+it, so a lower mark only adds a pause, a resume and a loop turn per 64 KiB (two ``epoll_ctl`` and a
+wake per 200 KB prompt); the body limit (``check_body_size``) is checked at each wake, so a body over
+it is refused at most this much (plus one read) past the limit."""
 _RAW_URLS = {path.encode(): operation for path, operation in INFERENCE_PATHS.items()}  # the raw URL, as httptools gives it
 
 
@@ -54,6 +60,8 @@ class InferenceCycle(RequestResponseCycle):
     operation: Operation
     task: asyncio.Task[None] | None = None
     _watching = False
+    chunks: list[bytes]  # the body's reads so far (the protocol's on_body appends; uvicorn's bytearray stays empty)
+    buffered = 0  # their bytes
 
     async def run_asgi(self, app: Any) -> None:  # the name uvicorn calls; ``app`` is not used
         try:
@@ -92,15 +100,13 @@ class InferenceCycle(RequestResponseCycle):
             self._watching = False
 
     async def read_body(self, limit: int) -> bytes | None:
-        """The whole request body, or None when the client left first. Raises PayloadTooLargeError."""
-        chunks: list[bytes] = []
-        size = 0
+        """The whole request body, or None when the client left first. Raises PayloadTooLargeError.
+
+        The protocol appends each read to :attr:`chunks` (no intermediate buffer: one join here is the
+        body's only copy) and pauses reading only past :data:`BODY_HIGH_WATER` buffered bytes."""
         while True:
-            if self.body:
-                size += len(self.body)
-                check_body_size(None, size, limit)
-                chunks.append(bytes(self.body))
-                self.body = bytearray()
+            if self.buffered:
+                check_body_size(None, self.buffered, limit)
             if self.disconnected:
                 return None
             if not self.more_body:
@@ -111,6 +117,7 @@ class InferenceCycle(RequestResponseCycle):
             self.flow.resume_reading()
             await self.message_event.wait()
             self.message_event.clear()
+        chunks, self.chunks = self.chunks, []  # the joined body is the one reference kept
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def left(self) -> None:
@@ -186,12 +193,29 @@ class KvgateHttpProtocol(LimitedHttpProtocol):
         )
         cycle.edge = gateway.edge
         cycle.operation = operation
+        cycle.chunks = []
         self.cycle = cycle
         if existing is None or existing.response_complete:
             self._start_asgi_task(cycle, self.app)
         else:  # pipelined: queued as uvicorn queues its own cycles
             self.flow.pause_reading()
             self.pipeline.appendleft((cycle, self.app))
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.cycle
+        if type(cycle) is not InferenceCycle:
+            super().on_body(body)
+            return
+        if cycle.response_complete:  # answered before its body was read (uvicorn drops the rest too)
+            return
+        cycle.chunks.append(body)
+        cycle.buffered += len(body)
+        if cycle.buffered > BODY_HIGH_WATER:
+            self.flow.pause_reading()
+        cycle.message_event.set()
+
+    def _buffered(self, cycle: RequestResponseCycle) -> int:
+        return cycle.buffered if type(cycle) is InferenceCycle else super()._buffered(cycle)
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         if not isinstance(cycle, InferenceCycle):

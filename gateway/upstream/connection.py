@@ -13,7 +13,10 @@ A request body over :data:`PIECE_BYTES` is written in pieces of that size, one p
 (``loop.call_soon``), and only while the transport is not paused (``pause_writing`` /
 ``resume_writing``): one ``transport.write`` of a whole large body runs the socket send of all of
 it at once, which on loopback also runs the receiver's TCP path (about 7 ms per MB on a loaded
-host), and blocks every other request on the loop meanwhile. The response is read as it comes; a
+host), and blocks every other request on the loop meanwhile. The pieces are ``memoryview`` slices
+of the body, the first written with the head in one ``writelines`` (a ``writev`` on uvloop), so a
+body is never copied on its way to the socket; 256 KiB pieces send a 200 KB prompt in one system
+call (64 KiB took four, and three more loop turns). The response is read as it comes; a
 connection whose answer arrived before its body was all written is never reused.
 """
 
@@ -29,7 +32,8 @@ import httptools
 from gateway.errors import UpstreamError
 
 HIGH_WATER = 256 * 1024  # bytes buffered for a slow reader before reading from the endpoint pauses
-PIECE_BYTES = 64 * 1024  # a request body over this is written this much per event-loop turn
+PIECE_BYTES = 256 * 1024  # a request body over this is written this much per event-loop turn
+JOIN_BYTES = 16 * 1024  # a body up to this goes out joined to the head; a larger one beside it (no copy)
 BROKEN = "connection closed before the response body was complete"
 
 
@@ -92,7 +96,7 @@ class Connection(asyncio.Protocol):
         self._busy = False
         self.idle_since = 0.0
         self.reused = False  # handed out from the idle pool (it carried an exchange before)
-        self._pending = b""  # the part of a large request body still to write, from ``_offset``
+        self._pending: bytes | memoryview = b""  # a large request body still being written, from ``_offset``
         self._offset = 0
         self._write_paused = False
         self._reset()
@@ -220,14 +224,16 @@ class Connection(asyncio.Protocol):
         for name, value in headers.items():
             head += (name.encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n")
         head += (b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n")
-        if len(body) <= PIECE_BYTES:
+        transport: asyncio.Transport = self.transport  # type: ignore[assignment]
+        if len(body) <= JOIN_BYTES:
             head.append(body)
-            self.transport.write(b"".join(head))  # type: ignore[union-attr]
+            transport.write(b"".join(head))
             return
-        head.append(body[:PIECE_BYTES])
-        self.transport.write(b"".join(head))  # type: ignore[union-attr]
-        self._pending, self._offset = body, PIECE_BYTES
-        self._pool.loop.call_soon(self._pump)
+        view = memoryview(body)  # pieces are views: the body is never copied on its way to the socket
+        transport.writelines((b"".join(head), view[:PIECE_BYTES]))  # one writev (uvloop)
+        if len(body) > PIECE_BYTES:
+            self._pending, self._offset = view, PIECE_BYTES
+            self._pool.loop.call_soon(self._pump)
 
     def _pump(self) -> None:
         """Write the next piece of the pending body (one per loop turn, none while paused)."""
