@@ -44,12 +44,15 @@ from gateway.api.openai import GatewayApp
 from gateway.protocol.openai import Operation
 from gateway.relay import ClientDisconnected
 
-BODY_HIGH_WATER = 1024 * 1024
+BODY_HIGH_WATER = 256 * 1024
 """Bytes of an inference body buffered before reading pauses (uvicorn pauses at 64 KiB, for an ASGI
 app that reads its body in parts). The raw door reads the whole body before it does anything with
-it, so a lower mark only adds a pause, a resume and a loop turn per 64 KiB (two ``epoll_ctl`` and a
-wake per 200 KB prompt); the body limit (``check_body_size``) is checked at each wake, so a body over
-it is refused at most this much (plus one read) past the limit."""
+it, so for a prompt up to the bytes the prefix key hashes (256 KiB) a pause only adds a pause, a
+resume and a wake (two ``epoll_ctl`` for a 200 KB prompt). Past the mark every read pauses again,
+so a larger body is read one read (uvloop's 250 KB buffer) per loop turn as before, and one turn
+takes about 500 KB at most from each connection however many large bodies arrive at once. The
+body limit (``check_body_size``) is checked at each wake, so a body over it is refused at most
+this much (plus one read) past the limit."""
 _RAW_URLS = {path.encode(): operation for path, operation in INFERENCE_PATHS.items()}  # the raw URL, as httptools gives it
 
 

@@ -40,7 +40,8 @@ def test_an_inference_body_is_buffered_up_to_the_high_water_mark_without_pausing
     size = BODY_HIGH_WATER + 300_000
     protocol, _, transport, head = _protocol(size)
     body = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
-    reads = [body[:200_000], body[200_000:600_000], body[600_000:BODY_HIGH_WATER], body[BODY_HIGH_WATER:]]
+    third = BODY_HIGH_WATER // 3
+    reads = [body[:third], body[third : 2 * third], body[2 * third : BODY_HIGH_WATER], body[BODY_HIGH_WATER:]]
     protocol.data_received(head + reads[0])
     cycle = protocol.cycle
     assert isinstance(cycle, InferenceCycle)
@@ -53,6 +54,13 @@ def test_an_inference_body_is_buffered_up_to_the_high_water_mark_without_pausing
     assert asyncio.run(cycle.read_body(size)) == body
     with pytest.raises(PayloadTooLargeError):
         asyncio.run(cycle.read_body(size - 1))
+
+
+def test_a_200_kb_prompt_is_read_without_a_pause() -> None:
+    protocol, _, transport, head = _protocol(200_000)
+    protocol.data_received(head + b"x" * 150_000)
+    protocol.data_received(b"x" * 50_000)
+    assert not transport.paused and asyncio.run(protocol.cycle.read_body(10**6)) == b"x" * 200_000
 
 
 def test_the_body_that_came_with_the_head_counts_for_the_minimum_rate() -> None:
