@@ -42,6 +42,14 @@ kvgate has no WebSocket API: a WebSocket ``Upgrade`` (any method), or any ``Upgr
 request that is not ``GET``/``HEAD`` (whose body llhttp would stop parsing), gets 400 and the
 connection is closed; an ``Upgrade: h2c`` on a ``GET`` is ignored and answered over HTTP/1.1.
 
+An answer given before its request's body was read (a 413 for a body over ``max_body_bytes``, a
+401 before ``100 Continue``) ends the connection by a **lingering close**
+(:meth:`LimitedHttpProtocol.linger`, as nginx's ``lingering_close``): the answer and a FIN go
+out, the rest of the body is read and dropped unparsed, and the connection closes when the client
+closes its side or after :data:`LINGER_S`. Closing with the body unread would make the kernel reset
+the connection, and a client that sends its whole body before it reads (most do) would lose the
+answer to a failed send.
+
 The head is measured as it arrives: past ``max_header_bytes`` of an unfinished head the
 connection is answered at once (at most one read, 256 KiB, is held beyond the limit), and a head
 that completes within one read is measured exactly. Errors are OpenAI-shaped JSON, Anthropic-shaped
@@ -175,6 +183,9 @@ def _error(status: int, code: str, message: str, path: bytes = b"") -> bytes:
     ))
 
 
+LINGER_S = 5.0
+"""Seconds a lingering close waits for the client to finish sending and close (nginx's
+``lingering_timeout`` default) before it closes anyway."""
 _NO_UPGRADE = "kvgate serves HTTP/1.1 only: no WebSocket and no protocol upgrade on a request with a body."
 _STALLED = {
     "body_timeout_s": "The request body stalled (server.body_timeout_s).",
@@ -379,6 +390,28 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request llhttp cannot parse, in OpenAI's error shape (JSON), then close."""
         self._refuse(_error(400, "invalid_http_request", f"{msg} kvgate could not parse it as HTTP/1.1.", self.url))
+
+    def linger(self) -> None:
+        """Close after an answer given before the request's body was read, without a reset (module doc):
+        the write side now (once what is written has gone), the connection when the client closes
+        its side or after :data:`LINGER_S`; what arrives meanwhile is dropped unparsed."""
+        transport = self.transport
+        if transport.is_closing():
+            return
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        self._refusal = b""  # data_received drops every later byte: no request after this one
+        self._disarm()
+        transport.write_eof()
+        self._flow.resume_reading()
+        self._timer = self.loop.call_later(LINGER_S, transport.close)  # connection_lost cancels it
+
+    def on_response_complete(self) -> None:
+        if self._refusal is not None:  # lingering or refused: no keep-alive timer, no next request
+            self.server_state.total_requests += 1
+            return
+        super().on_response_complete()
 
     def _refuse(self, answer: bytes) -> None:
         """Write ``answer`` (a complete response) and close; a request being served sees a disconnect."""

@@ -15,7 +15,8 @@ does (request id, body limit, director, errors, trace, access log); the cycle
   ``connection_lost`` cancels the forwarding step (the endpoint sees a disconnect and stops
   generating) and the exchange ends as ``cancelled``, as the ASGI door's ``race_disconnect`` does;
 * writes a complete answer (or an OpenAI-shaped error) as one buffer with precomputed bytes, and
-  closes the connection after an answer given before the body was read;
+  closes the connection after an answer given before the body was read (a lingering close,
+  ``api/http_limits.py``: the client may still be sending the body);
 * streams through uvicorn's own ASGI ``send``/``receive`` (``StreamRelay`` is an ASGI response).
 
 Every other request goes to the ASGI app unchanged. Tracing and the access log do not change the
@@ -32,7 +33,7 @@ they ever change shape, and ``tests/integration`` runs every test through this p
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import uvicorn
@@ -63,6 +64,7 @@ class InferenceCycle(RequestResponseCycle):
     operation: Operation
     task: asyncio.Task[None] | None = None
     _watching = False
+    linger: Callable[[], None]  # the protocol's lingering close (api/http_limits.py)
     chunks: list[bytes]  # the body's reads so far (the protocol's on_body appends; uvicorn's bytearray stays empty)
     buffered = 0  # their bytes
 
@@ -152,7 +154,10 @@ class InferenceCycle(RequestResponseCycle):
         self.response_complete = True
         self.message_event.set()
         if not self.keep_alive:
-            self.transport.close()
+            if self.more_body:  # the client may still be sending it: close without a reset
+                self.linger()
+            else:
+                self.transport.close()
         self.on_response()
 
 
@@ -197,6 +202,7 @@ class KvgateHttpProtocol(LimitedHttpProtocol):
         cycle.edge = gateway.edge
         cycle.operation = operation
         cycle.chunks = []
+        cycle.linger = self.linger
         self.cycle = cycle
         if existing is None or existing.response_complete:
             self._start_asgi_task(cycle, self.app)

@@ -490,6 +490,32 @@ def test_a_chunked_body_over_the_limit_is_413_and_the_connection_closed(
     assert fast_serves == [CHAT]
 
 
+@pytest.mark.parametrize("framing", ["declared", "chunked"])
+def test_a_client_that_sends_its_whole_body_before_reading_still_reads_the_413(
+    proto: RunningGateway, fake_a: FakeUpstream, fast_serves: list[str], framing: str
+) -> None:
+    """As most HTTP clients do: the whole body first, the answer after. The gateway answers 413 early
+    and closes without a reset (its write side first, then the rest of the body read and dropped),
+    so the upload finishes and the answer is there to read (a close with the body unread would reset
+    the connection: the send fails and the 413 is lost)."""
+    seen = len(fake_a.requests)
+    body = b"x" * (LIMIT * 1024)  # 2 MiB: far more than the socket buffers hold
+    if framing == "declared":
+        data = request_bytes(CHAT, headers={"Content-Length": str(len(body))}) + body
+    else:
+        data = request_bytes(CHAT, headers={"Transfer-Encoding": "chunked"}) + b"".join(
+            chunk(body[offset : offset + 65536]) for offset in range(0, len(body), 65536)
+        ) + b"0\r\n\r\n"
+    with RawConnection(proto.port) as conn:
+        for offset in range(0, len(data), 65536):
+            conn.send(data[offset : offset + 65536])  # raises ConnectionResetError / BrokenPipeError after a reset
+        response = conn.read_response()
+        assert response.status == 413 and _error(response)["code"] == "request_too_large"
+        assert response.headers["connection"] == "close"
+        assert conn.closed_by_server()
+    assert len(fake_a.requests) == seen
+
+
 def test_a_body_at_the_limit_is_accepted(proto: RunningGateway, fast_serves: list[str]) -> None:
     """The limit is inclusive: exactly ``max_body_bytes`` is served."""
     body = orjson.dumps(chat_body("x"))

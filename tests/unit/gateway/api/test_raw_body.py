@@ -16,6 +16,7 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
+from gateway.api.http_limits import LINGER_S
 from gateway.api.openai import GatewayApp
 from gateway.api.server import BODY_HIGH_WATER, InferenceCycle, KvgateHttpProtocol
 from gateway.errors import PayloadTooLargeError
@@ -25,11 +26,23 @@ LIMITS = {"max_header_bytes": 61440, "max_headers": 100, "header_timeout_s": 60.
           "body_min_rate": 1000, "body_grace_s": 1.0, "body_max_s": 0.0}
 
 
-def _protocol(length: int) -> tuple[KvgateHttpProtocol, FakeLoop, FakeTransport, bytes]:
+class EofTransport(FakeTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.eof = False
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof = True
+
+
+def _protocol(length: int) -> tuple[KvgateHttpProtocol, FakeLoop, EofTransport, bytes]:
     app = GatewayApp()
     app.edge = object()  # type: ignore[assignment]  # never reached: the fake loop drops the request's task
     app.state.container = types.SimpleNamespace(settings=types.SimpleNamespace(server=types.SimpleNamespace(**LIMITS)))
-    loop, transport = FakeLoop(), FakeTransport()
+    loop, transport = FakeLoop(), EofTransport()
     protocol = KvgateHttpProtocol(uvicorn.Config(app, lifespan="off"), ServerState(), {}, _loop=loop)  # type: ignore[arg-type]
     protocol.connection_made(transport)  # type: ignore[arg-type]
     head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: kvgate\r\nContent-Length: {length}\r\n\r\n".encode()
@@ -79,3 +92,18 @@ def test_another_request_keeps_uvicorns_cycle() -> None:
     protocol.data_received(b"POST /admin/endpoints HTTP/1.1\r\nHost: kvgate\r\nContent-Length: 100000\r\n\r\n" + b"x" * 70_000)
     assert not isinstance(protocol.cycle, InferenceCycle) and bytes(protocol.cycle.body) == b"x" * 70_000
     assert transport.paused  # uvicorn's 64 KiB mark
+
+
+def test_an_answer_before_the_body_was_read_lingers_then_closes() -> None:
+    protocol, loop, transport, head = _protocol(10**6)
+    protocol.data_received(head + b"x" * 1000)
+    cycle = protocol.cycle
+    assert isinstance(cycle, InferenceCycle) and cycle.more_body
+    cycle.write(413, b"application/json", b'{"error": {}}', [])
+    assert transport.written.startswith(b"HTTP/1.1 413 ") and b"connection: close" in transport.written
+    assert transport.eof and not transport.closed  # the write side ends; the rest of the body may come
+    written = transport.written
+    protocol.data_received(b"x" * 100_000 + b"POST /v1/chat/completions HTTP/1.1\r\n\r\n")
+    assert protocol.cycle is cycle and transport.written == written  # dropped unparsed: no request after it
+    loop.fire(loop.now + LINGER_S)
+    assert transport.closed
