@@ -43,12 +43,13 @@ request that is not ``GET``/``HEAD`` (whose body llhttp would stop parsing), get
 connection is closed; an ``Upgrade: h2c`` on a ``GET`` is ignored and answered over HTTP/1.1.
 
 An answer given before its request's body was read (a 413 for a body over ``max_body_bytes``, a
-401 before ``100 Continue``) ends the connection by a **lingering close**
+401 before ``100 Continue``, and this protocol's own 400, 431 and 501) ends the connection by a
+**lingering close**
 (:meth:`LimitedHttpProtocol.linger`, as nginx's ``lingering_close``): the answer and a FIN go
 out, the rest of the body is read and dropped unparsed, and the connection closes when the client
 closes its side or after :data:`LINGER_S`. Closing with the body unread would make the kernel reset
 the connection, and a client that sends its whole body before it reads (most do) would lose the
-answer to a failed send.
+answer to a failed send. A 408 closes at once: its client is the slow one.
 
 The head is measured as it arrives: past ``max_header_bytes`` of an unfinished head the
 connection is answered at once (at most one read, 256 KiB, is held beyond the limit), and a head
@@ -353,7 +354,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 self._arm(left)
             elif self._head_started:
                 self._refuse(_error(408, "request_timeout", "The request headers did not arrive in time (server.header_timeout_s).",
-                                    self.url))
+                                    self.url), linger=False)
             elif self.cycle is None:  # a new connection that never sent a byte
                 self.transport.close()
             return
@@ -385,7 +386,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         elif cycle.response_started:
             self.transport.close()
         else:
-            self._refuse(_error(408, "request_timeout", _STALLED[setting].format(limits), cycle.scope.get("raw_path") or b""))
+            self._refuse(_error(408, "request_timeout", _STALLED[setting].format(limits), cycle.scope.get("raw_path") or b""),
+                         linger=False)
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request llhttp cannot parse, in OpenAI's error shape (JSON), then close."""
@@ -401,7 +403,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if not transport.can_write_eof():
             transport.close()
             return
-        self._refusal = b""  # data_received drops every later byte: no request after this one
+        if self._refusal is None:
+            self._refusal = b""  # data_received drops every later byte: no request after this one
         self._disarm()
         transport.write_eof()
         self._flow.resume_reading()
@@ -413,8 +416,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             return
         super().on_response_complete()
 
-    def _refuse(self, answer: bytes) -> None:
-        """Write ``answer`` (a complete response) and close; a request being served sees a disconnect."""
+    def _refuse(self, answer: bytes, *, linger: bool = True) -> None:
+        """Write ``answer`` (a complete response) and close, by a lingering close (:meth:`linger`: the
+        client may still be sending) unless ``linger`` is false (a 408: the client is the slow one);
+        a request being served sees a disconnect."""
         self._refusal = answer
         self._disarm()
         cycle = self.cycle
@@ -424,4 +429,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             cycle.message_event.set()
         if not self.transport.is_closing():
             self.transport.write(answer)
-            self.transport.close()
+            if linger:
+                self.linger()
+            else:
+                self.transport.close()

@@ -516,6 +516,28 @@ def test_a_client_that_sends_its_whole_body_before_reading_still_reads_the_413(
     assert len(fake_a.requests) == seen
 
 
+@pytest.mark.parametrize(
+    ("refusal", "status", "code"),
+    [("head", 431, "request_header_fields_too_large"), ("coding", 501, "unsupported_transfer_coding")],
+)
+def test_a_protocol_refusal_to_a_client_still_sending_is_read_not_reset(
+    proto: RunningGateway, refusal: str, status: int, code: str
+) -> None:
+    """The protocol's own refusals close by a lingering close too: a head over ``max_header_bytes``
+    (60 KiB by default) or a body in a transfer coding kvgate does not read, followed by 2 MiB more."""
+    if refusal == "head":
+        head = request_bytes(CHAT, headers={f"X-Filler-{i}": "y" * 1000 for i in range(80)})[:-2]
+    else:
+        head = request_bytes(CHAT, headers={"Transfer-Encoding": "gzip, chunked"})
+    data = head + b"x" * (2 * 1024 * 1024)
+    with RawConnection(proto.port) as conn:
+        for offset in range(0, len(data), 65536):
+            conn.send(data[offset : offset + 65536])  # raises ConnectionResetError / BrokenPipeError after a reset
+        response = conn.read_response()
+        assert response.status == status and _error(response)["code"] == code
+        assert conn.closed_by_server()
+
+
 def test_a_body_at_the_limit_is_accepted(proto: RunningGateway, fast_serves: list[str]) -> None:
     """The limit is inclusive: exactly ``max_body_bytes`` is served."""
     body = orjson.dumps(chat_body("x"))
