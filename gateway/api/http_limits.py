@@ -411,6 +411,9 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._timer = self.loop.call_later(LINGER_S, transport.close)  # connection_lost cancels it
 
     def on_response_complete(self) -> None:
+        cycle = self.cycle
+        if cycle is not None and cycle.more_body and not cycle.keep_alive:  # answered before its body was read
+            self.linger()  # (a no-op once the transport closes, as uvicorn's own cycle does)
         if self._refusal is not None:  # lingering or refused: no keep-alive timer, no next request
             self.server_state.total_requests += 1
             return

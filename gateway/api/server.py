@@ -33,7 +33,7 @@ they ever change shape, and ``tests/integration`` runs every test through this p
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import uvicorn
@@ -64,7 +64,6 @@ class InferenceCycle(RequestResponseCycle):
     operation: Operation
     task: asyncio.Task[None] | None = None
     _watching = False
-    linger: Callable[[], None]  # the protocol's lingering close (api/http_limits.py)
     chunks: list[bytes]  # the body's reads so far (the protocol's on_body appends; uvicorn's bytearray stays empty)
     buffered = 0  # their bytes
 
@@ -153,11 +152,8 @@ class InferenceCycle(RequestResponseCycle):
         self.transport.write(b"".join(content))
         self.response_complete = True
         self.message_event.set()
-        if not self.keep_alive:
-            if self.more_body:  # the client may still be sending it: close without a reset
-                self.linger()
-            else:
-                self.transport.close()
+        if not self.keep_alive and not self.more_body:  # else the protocol's lingering close, in on_response
+            self.transport.close()
         self.on_response()
 
 
@@ -202,7 +198,6 @@ class KvgateHttpProtocol(LimitedHttpProtocol):
         cycle.edge = gateway.edge
         cycle.operation = operation
         cycle.chunks = []
-        cycle.linger = self.linger
         self.cycle = cycle
         if existing is None or existing.response_complete:
             self._start_asgi_task(cycle, self.app)
